@@ -1,0 +1,91 @@
+// my_device._C: the Python entry points into the integration. Each binding is
+// a thin call into csrc/core or csrc/native; policy lives in my_device/.
+#include <c10/util/typeid.h>
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "core/Allocator.h"
+#include "core/Device.h"
+#include "core/Exception.h"
+#include "core/Generator.h"
+#include "native/Fallback.h"
+
+namespace my_device {
+namespace {
+
+void synchronize(c10::DeviceIndex device) {
+  RuntimeDeviceGuard on_device(device < 0 ? current_device() : device);
+  MYDEV_CHECK(mydevDeviceSynchronize());
+}
+
+py::dict memory_info(c10::DeviceIndex device) {
+  const DeviceMemoryStats stats = memory_stats(device);
+  py::dict d;
+  d["allocated_bytes"] = stats.allocated;
+  d["reserved_bytes"] = stats.reserved;
+  return d;
+}
+
+std::pair<size_t, size_t> mem_get_info(c10::DeviceIndex device) {
+  check_device_index(device);
+  RuntimeDeviceGuard on_device(device);
+  size_t free_bytes = 0, total = 0;
+  MYDEV_CHECK(mydevMemGetInfo(&free_bytes, &total));
+  return {free_bytes, total};
+}
+
+py::dict device_properties(c10::DeviceIndex device) {
+  check_device_index(device);
+  mydevDeviceProp prop{};
+  MYDEV_CHECK(mydevGetDeviceProperties(&prop, device));
+  py::dict d;
+  d["name"] = std::string(prop.name);
+  d["total_memory"] = prop.totalGlobalMem;
+  d["multi_processor_count"] = prop.multiProcessorCount;
+  d["major"] = prop.major;
+  d["minor"] = prop.minor;
+  return d;
+}
+
+} // namespace
+} // namespace my_device
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace my_device;
+  m.def("_device_count", [] { return static_cast<int>(device_count()); });
+  m.def("_init", [] {
+    int device = 0;
+    MYDEV_CHECK(mydevGetDevice(&device));
+  });
+  m.def("_is_initialized", [] { return mydevIsInitialized() != 0; });
+  m.def("_is_in_bad_fork", &in_bad_fork);
+  m.def("_current_device", [] { return static_cast<int>(current_device()); });
+  m.def("_set_device", [](int device) {
+    check_device_index(static_cast<c10::DeviceIndex>(device));
+    set_device(static_cast<c10::DeviceIndex>(device));
+  });
+  m.def("_exchange_device", [](int device) {
+    const int previous = current_device();
+    if (device >= 0 && device != previous) {
+      check_device_index(static_cast<c10::DeviceIndex>(device));
+      set_device(static_cast<c10::DeviceIndex>(device));
+    }
+    return previous;
+  });
+  m.def("_synchronize", [](int device) { synchronize(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_get_device_properties", [](int device) { return device_properties(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_mem_get_info", [](int device) { return mem_get_info(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_memory_stats", [](int device) { return memory_info(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_empty_cache", &empty_cache);
+  m.def("_strict_mode", [] { return mydevStrictMode() != 0; });
+  m.def("_default_generator", [](int device) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(device))));
+  });
+  m.def("impl_type_name", [](const at::Tensor& t) {
+    return c10::demangle(typeid(*t.unsafeGetTensorImpl()).name());
+  }, "The C++ class of a tensor's TensorImpl, e.g. 'my_device::MyDevTensorImpl'.");
+  m.def("fallback_counts", &fallback_counts,
+        "How many times each op (by 'aten::name.overload') ran through the copying CPU fallback.");
+  m.def("reset_fallback_counts", &reset_fallback_counts);
+}

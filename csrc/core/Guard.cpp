@@ -1,0 +1,139 @@
+// The DeviceGuardImplInterface for mydev: what c10::DeviceGuard, torch.Stream,
+// torch.Event and torch.accelerator call. Only the default stream exists so far.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include "Device.h"
+#include "Exception.h"
+#include "Stream.h"
+
+namespace my_device {
+namespace {
+
+mydevEvent_t create_event(c10::EventFlag flag) {
+  mydevEvent_t event = nullptr;
+  const unsigned flags = flag == c10::EventFlag::BACKEND_DEFAULT ? mydevEventDisableTiming : mydevEventDefault;
+  MYDEV_CHECK(mydevEventCreateWithFlags(&event, flags));
+  return event;
+}
+
+struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override {
+    return kMyDev;
+  }
+
+  c10::Device exchangeDevice(c10::Device device) const override {
+    const c10::Device previous = getDevice();
+    if (previous.index() != device.index()) {
+      setDevice(device);
+    }
+    return previous;
+  }
+
+  c10::Device getDevice() const override {
+    return c10::Device(kMyDev, current_device());
+  }
+
+  void setDevice(c10::Device device) const override {
+    TORCH_INTERNAL_ASSERT(device.type() == kMyDev);
+    check_device_index(device.index());
+    set_device(device.index());
+  }
+
+  void uncheckedSetDevice(c10::Device device) const noexcept override {
+    mydevSetDevice(device.index());
+  }
+
+  c10::Stream getStream(c10::Device device) const override {
+    return c10::Stream(c10::Stream::DEFAULT, device);
+  }
+
+  c10::Stream getDefaultStream(c10::Device device) const override {
+    return c10::Stream(c10::Stream::DEFAULT, device);
+  }
+
+  c10::Stream exchangeStream(c10::Stream stream) const override {
+    return c10::Stream(c10::Stream::DEFAULT, stream.device());
+  }
+
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return device_count();
+  }
+
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag flag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
+                "Event device index ", static_cast<int>(device_index),
+                " does not match recording stream's device index ",
+                static_cast<int>(stream.device_index()), ".");
+    RuntimeDeviceGuard on_device(stream.device_index());
+    if (*event == nullptr) {
+      *event = create_event(flag);
+    }
+    MYDEV_CHECK(mydevEventRecord(static_cast<mydevEvent_t>(*event),
+                                 current_stream_handle(stream.device_index())));
+  }
+
+  void block(void* event, const c10::Stream& stream) const override {
+    if (event == nullptr) return;
+    RuntimeDeviceGuard on_device(stream.device_index());
+    MYDEV_CHECK(mydevStreamWaitEvent(current_stream_handle(stream.device_index()),
+                                     static_cast<mydevEvent_t>(event)));
+  }
+
+  bool queryEvent(void* event) const override {
+    if (event == nullptr) return true;
+    const mydevError_t err = mydevEventQuery(static_cast<mydevEvent_t>(event));
+    if (err == mydevErrorNotReady) return false;
+    MYDEV_CHECK(err);
+    return true;
+  }
+
+  void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
+    if (event != nullptr) mydevEventDestroy(static_cast<mydevEvent_t>(event));
+  }
+
+  void synchronizeEvent(void* event) const override {
+    if (event != nullptr) MYDEV_CHECK(mydevEventSynchronize(static_cast<mydevEvent_t>(event)));
+  }
+
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
+    TORCH_CHECK(start != nullptr && end != nullptr,
+                "Both events must be recorded before calculating elapsed time.");
+    float ms = 0;
+    const mydevError_t err =
+        mydevEventElapsedTime(&ms, static_cast<mydevEvent_t>(start), static_cast<mydevEvent_t>(end));
+    TORCH_CHECK_VALUE(err != mydevErrorTimingDisabled,
+                      "Both events must be created with argument 'enable_timing=True'.");
+    MYDEV_CHECK(err);
+    return ms;
+  }
+
+  bool queryStream(const c10::Stream& stream) const override {
+    RuntimeDeviceGuard on_device(stream.device_index());
+    const mydevError_t err = mydevStreamQuery(current_stream_handle(stream.device_index()));
+    if (err == mydevErrorNotReady) return false;
+    MYDEV_CHECK(err);
+    return true;
+  }
+
+  void synchronizeStream(const c10::Stream& stream) const override {
+    RuntimeDeviceGuard on_device(stream.device_index());
+    MYDEV_CHECK(mydevStreamSynchronize(current_stream_handle(stream.device_index())));
+  }
+
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override {
+    RuntimeDeviceGuard on_device(device_index);
+    MYDEV_CHECK(mydevDeviceSynchronize());
+  }
+
+  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {
+    // One stream per device: a block can never be reused while another stream
+    // still reads it, so there is nothing to record yet.
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
+
+} // namespace
+} // namespace my_device

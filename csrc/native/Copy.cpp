@@ -1,0 +1,92 @@
+// Copies between the host and devices. Bytes cross a device boundary only
+// through runtime copies of dense, identically laid-out ranges; dtype
+// conversion and restriding happen on one side of the boundary (on the host,
+// or in a host kernel on the device), as a real device would do them.
+#include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "HostKernel.h"
+
+namespace my_device {
+namespace {
+
+bool is_device(const at::Tensor& t) {
+  return t.device().type() == kMyDev;
+}
+
+mydevMemcpyKind kind_of(const at::Tensor& src, const at::Tensor& dst) {
+  if (is_device(src) && is_device(dst)) return mydevMemcpyDeviceToDevice;
+  return is_device(dst) ? mydevMemcpyHostToDevice : mydevMemcpyDeviceToHost;
+}
+
+// One runtime copy can move src into dst when both are dense with the same
+// layout and the same element interpretation.
+bool bytewise_copyable(const at::Tensor& src, const at::Tensor& dst) {
+  return src.dtype() == dst.dtype() && src.sizes() == dst.sizes() && src.strides() == dst.strides() &&
+         src.is_non_overlapping_and_dense() && src.is_conj() == dst.is_conj() && src.is_neg() == dst.is_neg();
+}
+
+void runtime_copy(const at::Tensor& src, const at::Tensor& dst) {
+  const size_t nbytes = static_cast<size_t>(src.numel()) * src.element_size();
+  MYDEV_CHECK(mydevMemcpy(dst.data_ptr(), src.data_ptr(), nbytes, kind_of(src, dst)));
+}
+
+// dst.copy_(src) with both tensors on the same mydev device.
+void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
+  if (bytewise_copyable(src, dst) && src.storage().data() != dst.storage().data()) {
+    runtime_copy(src, dst);
+    return;
+  }
+  run_on_host(dst.device().index(), [&](HostCall& call) {
+    call.to_host(dst).copy_(call.to_host(src));
+    return true;
+  });
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  const at::Tensor& src = self;
+  TORCH_CHECK(dst.defined(), "dst is undefined");
+  if (src.numel() == 0) return dst;
+  if (is_device(src) && is_device(dst) && src.device() == dst.device()) {
+    copy_on_device(src, dst);
+    return dst;
+  }
+  // Crossing a boundary: make src dense, in dst's dtype and shape, on its own
+  // side; move it in one runtime copy; restride on dst's side if needed.
+  at::Tensor staged = src.expand(dst.sizes());
+  if (!bytewise_copyable(staged, dst)) {
+    staged = staged.to(dst.scalar_type()).resolve_conj().resolve_neg().contiguous();
+  }
+  if (bytewise_copyable(staged, dst)) {
+    runtime_copy(staged, dst);
+    return dst;
+  }
+  at::Tensor landing = at::empty(staged.sizes(), staged.options().device(dst.device()));
+  runtime_copy(staged, landing);
+  dst.copy_(landing);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() > 0, "a Tensor with 0 elements cannot be converted to Scalar");
+  at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
+  MYDEV_CHECK(mydevMemcpy(host.data_ptr(), self.data_ptr(), self.element_size(), mydevMemcpyDeviceToHost));
+  if (self.is_conj()) host = host.conj();
+  if (self.is_neg()) host = host.neg();
+  return at::_local_scalar_dense(host);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+}
+
+} // namespace
+} // namespace my_device

@@ -1,0 +1,63 @@
+// Tensor creation: every mydev tensor starts here as a MyDevTensorImpl.
+#include <ATen/EmptyTensor.h>
+#include <c10/core/TensorOptions.h>
+#include <torch/library.h>
+
+#include "core/Allocator.h"
+#include "core/Device.h"
+#include "core/TensorImpl.h"
+
+namespace my_device {
+namespace {
+
+struct NewTensorArgs {
+  c10::Device device;
+  caffe2::TypeMeta dtype;
+};
+
+NewTensorArgs check_new_tensor(std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                               std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  const auto l = layout.value_or(at::kStrided);
+  TORCH_CHECK(l == at::kStrided, "mydev supports only strided tensors, got layout ", l);
+  return {normalize(device.value_or(c10::Device(kMyDev))),
+          c10::scalarTypeToTypeMeta(dtype.value_or(c10::get_default_dtype_as_scalartype()))};
+}
+
+c10::Storage new_storage(c10::DeviceIndex device, size_t nbytes) {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                            allocate_on(device, nbytes), device_allocator(),
+                                                            /*resizable=*/true));
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
+  const auto args = check_new_tensor(dtype, layout, device, pin_memory);
+  at::detail::check_size_nonnegative(size);
+  const size_t nbytes = at::detail::computeStorageNbytesContiguous(size, args.dtype.itemsize());
+  auto impl = c10::make_intrusive<MyDevTensorImpl>(new_storage(args.device.index(), nbytes), args.dtype);
+  impl->set_sizes_contiguous(size);
+  const auto format = memory_format.value_or(at::MemoryFormat::Contiguous);
+  if (format != at::MemoryFormat::Contiguous) {
+    impl->empty_tensor_restride(format);
+  }
+  return at::Tensor(std::move(impl));
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout, std::optional<at::Device> device,
+                         std::optional<bool> pin_memory) {
+  const auto args = check_new_tensor(dtype, layout, device, pin_memory);
+  at::detail::check_size_nonnegative(size);
+  const size_t nbytes = at::detail::computeStorageNbytes(size, stride, args.dtype.itemsize());
+  return make_tensor(new_storage(args.device.index(), nbytes), args.dtype, size, stride, 0);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+}
+
+} // namespace
+} // namespace my_device

@@ -1,0 +1,324 @@
+#include "HostKernel.h"
+
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <unordered_map>
+
+#include "core/Allocator.h"
+#include "core/Generator.h"
+#include "core/TensorImpl.h"
+
+namespace my_device {
+
+namespace {
+
+constexpr c10::DeviceType kCPU = c10::DeviceType::CPU;
+
+// The device whose memory CPU allocations on this thread should come from, or
+// -1. Set only while a host kernel runs.
+thread_local c10::DeviceIndex tls_output_device = -1;
+
+// PyTorch has no per-thread or per-call allocator override, and CPU kernels
+// allocate their outputs with the global CPU allocator. This wrapper is that
+// allocator: outside host kernels it forwards to the allocator it replaced;
+// inside, it hands out device memory (tagged as CPU, because the CPU kernel
+// will check) that HostCall::to_device later adopts without a copy.
+// test_host_kernel.py::test_cpu_allocator_is_redirect notices if PyTorch ever
+// replaces it behind our back.
+class RedirectingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit RedirectingCpuAllocator(c10::Allocator* cpu) : cpu_(cpu) {}
+
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (tls_output_device < 0) {
+      return cpu_->allocate(nbytes);
+    }
+    c10::DataPtr data = allocate_on(tls_output_device, nbytes);
+    data.unsafe_set_device(c10::Device(kCPU));
+    return data;
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return cpu_->raw_deleter();
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    cpu_->copy_data(dest, src, count);
+  }
+
+ private:
+  c10::Allocator* cpu_;
+};
+
+c10::Allocator* redirecting_allocator() {
+  static RedirectingCpuAllocator* allocator = [] {
+    auto* a = new RedirectingCpuAllocator(c10::GetAllocator(kCPU));
+    c10::SetAllocator(kCPU, a, /*priority=*/1);
+    return a;
+  }();
+  return allocator;
+}
+
+const bool g_installed = (redirecting_allocator(), true);
+
+[[noreturn]] void device_mismatch(c10::Device first, c10::Device other) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
+              first, " and ", other, "!");
+}
+
+} // namespace
+
+HostCall::HostCall(c10::DeviceIndex device) : device_(device), previous_output_device_(tls_output_device) {
+  tls_output_device = device;
+}
+
+HostCall::~HostCall() {
+  tls_output_device = previous_output_device_;
+}
+
+at::Tensor HostCall::to_host(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kMyDev) {
+    return t;
+  }
+  c10::StorageImpl* device_storage = t.storage().unsafeGetStorageImpl();
+  const c10::Storage* host_storage = nullptr;
+  for (const auto& pair : storages_) {
+    if (pair.device == device_storage) host_storage = &pair.host;
+  }
+  if (host_storage == nullptr) {
+    // Resizable through the redirecting allocator, so a CPU kernel that grows
+    // an out= tensor gets device memory that write_back() moves over.
+    storages_.push_back({device_storage,
+                         c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                             c10::StorageImpl::use_byte_size_t(), device_storage->nbytes(),
+                             c10::DataPtr(device_storage->mutable_data(), c10::Device(kCPU)),
+                             redirecting_allocator(), /*resizable=*/true))});
+    host_storage = &storages_.back().host;
+  }
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(*host_storage),
+                                                   c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  impl->_set_conj(t.is_conj());
+  impl->_set_neg(t.is_neg());
+  at::Tensor host(std::move(impl));
+  tensors_.push_back({host.unsafeGetTensorImpl(), t});
+  return host;
+}
+
+std::optional<at::Tensor> HostCall::to_host(const std::optional<at::Tensor>& t) {
+  if (!t.has_value()) return t;
+  return to_host(*t);
+}
+
+void HostCall::write_back() {
+  for (auto& pair : storages_) {
+    c10::StorageImpl* host = pair.host.unsafeGetStorageImpl();
+    if (host->data() == pair.device->data() && host->nbytes() == pair.device->nbytes()) continue;
+    // The CPU kernel resized this storage; its new bytes are device memory.
+    c10::DataPtr data = host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(kCPU)));
+    TORCH_INTERNAL_ASSERT(data.get() == nullptr || is_device_data_ptr(data),
+                          "host kernel resized a device storage into host memory");
+    data.unsafe_set_device(c10::Device(kMyDev, device_));
+    const size_t nbytes = host->nbytes();
+    pair.device->set_data_ptr_noswap(std::move(data));
+    pair.device->set_nbytes(nbytes);
+    host->set_data_ptr_noswap(c10::DataPtr(pair.device->mutable_data(), c10::Device(kCPU)));
+  }
+  for (auto& pair : tensors_) {
+    c10::TensorImpl* host = pair.host;
+    c10::TensorImpl* dev = pair.device.unsafeGetTensorImpl();
+    if (host->sizes() != dev->sizes() || host->strides() != dev->strides() ||
+        host->storage_offset() != dev->storage_offset()) {
+      dev->set_sizes_and_strides(host->sizes(), host->strides(), host->storage_offset());
+    }
+  }
+}
+
+at::Tensor HostCall::to_device(const at::Tensor& r) {
+  if (!r.defined() || r.device().type() != kCPU) {
+    return r;
+  }
+  for (const auto& pair : tensors_) {
+    if (pair.host == r.unsafeGetTensorImpl()) return pair.device;
+  }
+  c10::StorageImpl* host_storage = r.storage().unsafeGetStorageImpl();
+  auto device_view = [&](const c10::Storage& storage) {
+    at::Tensor out = make_tensor(storage, r.dtype(), r.sizes(), r.strides(), r.storage_offset());
+    out.unsafeGetTensorImpl()->_set_conj(r.is_conj());
+    out.unsafeGetTensorImpl()->_set_neg(r.is_neg());
+    return out;
+  };
+  for (const auto& pair : storages_) {
+    if (pair.host.unsafeGetStorageImpl() == host_storage) {
+      return device_view(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(pair.device)));
+    }
+  }
+  for (const auto& a : adopted_) {
+    if (a.host == host_storage) return device_view(a.device);
+  }
+  c10::Storage storage;
+  if (is_device_data_ptr(host_storage->data_ptr())) {
+    c10::DataPtr data = host_storage->set_data_ptr(c10::DataPtr(nullptr, c10::Device(kCPU)));
+    data.unsafe_set_device(c10::Device(kMyDev, device_));
+    storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), host_storage->nbytes(), std::move(data), device_allocator(),
+        /*resizable=*/true));
+    // Leave the CPU tensor valid for anyone else still holding it.
+    host_storage->set_data_ptr_noswap(c10::DataPtr(storage.mutable_data(), c10::Device(kCPU)));
+  } else {
+    // Genuine host memory: the kernel returned a tensor allocated elsewhere
+    // (another thread, or a cached constant). Only here are bytes copied.
+    const size_t nbytes = host_storage->nbytes();
+    storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), nbytes, allocate_on(device_, nbytes), device_allocator(),
+        /*resizable=*/true));
+    if (nbytes > 0) {
+      MYDEV_CHECK(mydevMemcpy(storage.mutable_data(), host_storage->data(), nbytes, mydevMemcpyHostToDevice));
+    }
+  }
+  adopted_.push_back({host_storage, storage});
+  return device_view(storage);
+}
+
+namespace {
+
+bool is_optional_generator(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (auto opt = type->cast<c10::OptionalType>()) {
+    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  }
+  return false;
+}
+
+// Finds the device of the call and rejects mixed devices, as CUDA does: a 0-dim
+// CPU tensor is a scalar and fine, as are CPU index tensors inside Tensor?[].
+class DeviceScan {
+ public:
+  void tensor(const at::Tensor& t, bool cpu_allowed) {
+    if (!t.defined()) return;
+    const c10::Device d = t.device();
+    if (d.type() == kMyDev) {
+      if (!device_) {
+        device_ = d;
+        if (other_) device_mismatch(*device_, *other_);
+      } else if (*device_ != d) {
+        device_mismatch(*device_, d);
+      }
+    } else if (!(d.type() == kCPU && (cpu_allowed || t.dim() == 0))) {
+      if (device_) device_mismatch(*device_, d);
+      if (!other_) other_ = d;
+    }
+  }
+  void device(const c10::Device& d) {
+    if (d.type() == kMyDev && !device_) device_ = d;
+  }
+  c10::DeviceIndex result() const {
+    if (!device_) return current_device();
+    return device_->has_index() ? device_->index() : current_device();
+  }
+
+ private:
+  std::optional<c10::Device> device_;
+  std::optional<c10::Device> other_;
+};
+
+} // namespace
+
+void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  const size_t first = stack->size() - nargs;
+
+  DeviceScan scan;
+  for (size_t i = first; i < stack->size(); ++i) {
+    const c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      scan.tensor(v.toTensor(), false);
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) scan.tensor(t, false);
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) scan.tensor(e.toTensor(), true);
+      }
+    } else if (v.isDevice()) {
+      scan.device(v.toDevice());
+    }
+  }
+  const c10::DeviceIndex device = scan.result();
+  check_device_index(device);
+
+  RuntimeDeviceGuard on_device(device);
+  launch(device, [&] {
+    HostCall call(device);
+    for (size_t i = first; i < stack->size(); ++i) {
+      c10::IValue& v = (*stack)[i];
+      if (v.isTensor()) {
+        v = call.to_host(v.toTensor());
+      } else if (v.isTensorList()) {
+        c10::List<at::Tensor> host;
+        host.reserve(v.toTensorList().size());
+        for (const at::Tensor& t : v.toTensorList()) host.push_back(call.to_host(t));
+        v = std::move(host);
+      } else if (v.isList()) {
+        auto list = v.toList();
+        c10::impl::GenericList host(list.elementType());
+        host.reserve(list.size());
+        for (const c10::IValue& e : list) {
+          host.push_back(e.isTensor() ? c10::IValue(call.to_host(e.toTensor())) : e);
+        }
+        v = std::move(host);
+      } else if (v.isDevice() && v.toDevice().type() == kMyDev) {
+        v = c10::Device(kCPU);
+      } else if (v.isGenerator() && v.toGenerator().device().type() == kMyDev) {
+        v = engine_of(v.toGenerator());
+      } else if (v.isNone() && is_optional_generator(schema.arguments()[i - first])) {
+        v = engine_of(default_generator(device));
+      }
+    }
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    call.write_back();
+    const size_t nrets = schema.returns().size();
+    for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
+      c10::IValue& v = (*stack)[i];
+      if (v.isTensor()) {
+        v = call.to_device(v.toTensor());
+      } else if (v.isTensorList()) {
+        c10::List<at::Tensor> out;
+        out.reserve(v.toTensorList().size());
+        for (const at::Tensor& t : v.toTensorList()) out.push_back(call.to_device(t));
+        v = std::move(out);
+      }
+    }
+  });
+}
+
+void register_host_kernels(torch::Library& lib, std::initializer_list<const char*> base_names) {
+  // aten op names by base name ("add" for aten::add and aten::add_), built once.
+  static const auto by_base = [] {
+    std::unordered_map<std::string, std::vector<c10::OperatorName>> map;
+    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      std::string base = name.name.substr(6);
+      if (base.size() > 1 && base.back() == '_' && base[base.size() - 2] != '_') base.pop_back();
+      map[base].push_back(name);
+    }
+    return map;
+  }();
+  for (const char* base : base_names) {
+    auto it = by_base.find(base);
+    TORCH_INTERNAL_ASSERT(it != by_base.end(), "register_host_kernels: no aten op named ", base);
+    for (const auto& name : it->second) {
+      auto handle = c10::Dispatcher::singleton().findOp(name);
+      if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+          handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+        continue;
+      }
+      const std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+      lib.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
+    }
+  }
+}
+
+} // namespace my_device

@@ -1,0 +1,81 @@
+#pragma once
+// Host kernels: PyTorch's own CPU kernels executed on mydev memory.
+//
+// The emulated device's memory is host memory, so the CPU implementation of an
+// op *is* the device's kernel: it only has to be pointed at the device bytes.
+// A HostCall swaps each mydev tensor for a CPU tensor viewing the same bytes,
+// routes the CPU kernel's output allocations to device memory, and maps results
+// back: an input returned (in-place, out=) becomes the original mydev tensor, a
+// view of an input becomes a mydev view of the same storage, and a fresh output
+// becomes a mydev tensor over the device bytes it was written into. No data is
+// copied on any of these paths.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
+#include <torch/library.h>
+
+#include "core/Device.h"
+#include "core/Launch.h"
+
+namespace my_device {
+
+class HostCall {
+ public:
+  explicit HostCall(c10::DeviceIndex device);
+  ~HostCall();
+  HostCall(const HostCall&) = delete;
+  HostCall& operator=(const HostCall&) = delete;
+
+  c10::DeviceIndex device() const {
+    return device_;
+  }
+  // A CPU tensor over the same bytes as mydev tensor `t`.
+  at::Tensor to_host(const at::Tensor& t);
+  std::optional<at::Tensor> to_host(const std::optional<at::Tensor>& t);
+  // The mydev tensor a CPU kernel's result stands for (see above).
+  at::Tensor to_device(const at::Tensor& host_result);
+  // Propagates what the CPU kernel did to its inputs' metadata (out= resizes,
+  // in-place restrides) back to the mydev tensors. Call before to_device().
+  void write_back();
+
+ private:
+  struct StoragePair {
+    c10::StorageImpl* device;
+    c10::Storage host;
+  };
+  struct TensorPair {
+    c10::TensorImpl* host;
+    at::Tensor device;
+  };
+  struct Adopted {
+    c10::StorageImpl* host;
+    c10::Storage device;
+  };
+  c10::DeviceIndex device_;
+  c10::DeviceIndex previous_output_device_;
+  c10::SmallVector<StoragePair, 4> storages_;
+  c10::SmallVector<TensorPair, 4> tensors_;
+  c10::SmallVector<Adopted, 2> adopted_;
+};
+
+// Runs `body(call)` as a kernel launch on `device`, with a fresh HostCall.
+template <class F>
+auto run_on_host(c10::DeviceIndex device, F&& body) {
+  RuntimeDeviceGuard on_device(device);
+  std::optional<decltype(body(std::declval<HostCall&>()))> result;
+  launch(device, [&] {
+    HostCall call(device);
+    result.emplace(body(call));
+  });
+  return std::move(*result);
+}
+
+// The boxed host kernel, usable for any op whose CPU kernel is registered.
+void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
+// Registers host_kernel for PrivateUse1 on every overload (functional, in-place,
+// out=) of the named aten ops that has a CPU kernel. Names are base names
+// ("add" covers add.Tensor, add_.Tensor, add.out, ...).
+void register_host_kernels(torch::Library& lib, std::initializer_list<const char*> base_names);
+
+} // namespace my_device

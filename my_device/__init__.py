@@ -1,0 +1,38 @@
+"""my_device: the `mydev` accelerator for stock PyTorch.
+
+Importing this package (or just `import torch`, through the torch.backends
+entry point) registers the device: the PrivateUse1 backend is renamed to
+`mydev`, `torch.mydev` becomes the device module, and the generated methods
+(`Tensor.mydev()`, `Tensor.is_mydev`, `Module.mydev()`, storages) appear.
+"""
+import torch
+
+from . import _C  # loads the runtime and registers every kernel
+from ._C import fallback_counts, impl_type_name, reset_fallback_counts
+
+_BACKEND = "mydev"
+
+
+def _register():
+    # rename_privateuse1_backend may run once per process; a second import of
+    # this package (autoload, then an explicit import) must not call it again.
+    if torch._C._get_privateuse1_backend_name() != _BACKEND:
+        torch.utils.rename_privateuse1_backend(_BACKEND)
+    if not hasattr(torch, _BACKEND):
+        from . import mydev
+
+        torch._register_device_module(_BACKEND, mydev)
+    if not hasattr(torch.Tensor, "is_" + _BACKEND):
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True
+        )
+
+
+_register()
+
+
+def _autoload():
+    """Entry point for torch's backend autoloading: importing the package did the work."""
+
+
+__all__ = ["fallback_counts", "impl_type_name", "reset_fallback_counts"]

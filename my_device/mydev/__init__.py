@@ -1,0 +1,151 @@
+"""torch.mydev: device management for the mydev accelerator, mirroring torch.cuda."""
+import threading
+from typing import Any, Optional, Union
+
+import torch
+
+from .. import _C
+
+_initialized = False
+_init_lock = threading.Lock()
+
+_DeviceLike = Union[torch.device, str, int, None]
+
+
+def is_available() -> bool:
+    return _C._device_count() > 0
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def _is_in_bad_fork() -> bool:
+    return _C._is_in_bad_fork()
+
+
+def is_initialized() -> bool:
+    return _initialized and not _is_in_bad_fork()
+
+
+def _lazy_init() -> None:
+    global _initialized
+    if is_initialized():
+        return
+    with _init_lock:
+        if is_initialized():
+            return
+        if _is_in_bad_fork():
+            raise RuntimeError(
+                "Cannot re-initialize mydev in forked subprocess. To use mydev with "
+                "multiprocessing, you must use the 'spawn' start method"
+            )
+        _C._init()
+        _initialized = True
+
+
+def init() -> None:
+    _lazy_init()
+
+
+def _get_device_index(device: _DeviceLike, optional: bool = False) -> int:
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "mydev":
+            raise ValueError(f"Expected a mydev device, but got: {device}")
+        index = device.index
+    elif isinstance(device, int):
+        index = device
+    elif device is None:
+        index = None
+    else:
+        raise TypeError(f"Invalid device: {device!r}")
+    if index is None:
+        if not optional:
+            raise ValueError(f"Expected a mydev device with a specified index or an integer, but got: {device}")
+        return current_device()
+    return index
+
+
+def current_device() -> int:
+    _lazy_init()
+    return _C._current_device()
+
+
+def set_device(device: _DeviceLike) -> None:
+    index = _get_device_index(device)
+    if index >= 0:
+        _lazy_init()
+        _C._set_device(index)
+
+
+class device:
+    """Context manager that changes the current mydev device, restoring it on exit (even on error)."""
+
+    def __init__(self, device: Any):
+        self.idx = _get_device_index(device, optional=True) if device is not None else -1
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            _lazy_init()
+            self.prev_idx = _C._exchange_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.idx >= 0 and self.prev_idx >= 0:
+            _C._set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """Context manager that makes the device of a tensor the current one."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "mydev" else -1)
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    """Waits for all work queued on a mydev device."""
+    _lazy_init()
+    _C._synchronize(_get_device_index(device, optional=True))
+
+
+def get_device_properties(device: _DeviceLike = None):
+    _lazy_init()
+    props = _C._get_device_properties(_get_device_index(device, optional=True))
+    return _DeviceProperties(**props)
+
+
+class _DeviceProperties:
+    def __init__(self, name, total_memory, multi_processor_count, major, minor):
+        self.name = name
+        self.total_memory = total_memory
+        self.multi_processor_count = multi_processor_count
+        self.major = major
+        self.minor = minor
+
+    def __repr__(self):
+        return (
+            f"_MyDevDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory // (1024 * 1024)}MB, "
+            f"multi_processor_count={self.multi_processor_count})"
+        )
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: _DeviceLike = None):
+    props = get_device_properties(device)
+    return props.major, props.minor
+
+
+def get_amp_supported_dtype():
+    return [torch.float16, torch.bfloat16]
+
+
+from .memory import *  # noqa: E402,F401,F403
+from .random import *  # noqa: E402,F401,F403

@@ -1,0 +1,31 @@
+"""Builds my_device._C: the emulated runtime (third_party/mydev_runtime) and the
+PyTorch integration (csrc/) in one extension, with torch's cpp_extension + ninja."""
+import glob
+import os
+
+from setuptools import find_packages, setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+RUNTIME = os.path.join("third_party", "mydev_runtime")
+
+
+def sources():
+    found = sorted(glob.glob(os.path.join(RUNTIME, "src", "*.cpp")))
+    found += sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
+    return found
+
+
+setup(
+    packages=find_packages(include=["my_device", "my_device.*"]),
+    ext_modules=[
+        CppExtension(
+            name="my_device._C",
+            sources=sources(),
+            include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, RUNTIME, "include")],
+            extra_compile_args=["-O2", "-g0", "-std=c++17", "-fvisibility=hidden"],
+            extra_link_args=["-pthread"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)
