@@ -3,6 +3,10 @@ PyTorch integration (csrc/) in one extension, with torch's cpp_extension + ninja
 import glob
 import os
 
+# Building the backend must not autoload an installed (possibly stale) copy of
+# it through torch's torch.backends entry point.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
 from setuptools import find_packages, setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 

@@ -31,8 +31,4 @@ def _register():
 _register()
 
 
-def _autoload():
-    """Entry point for torch's backend autoloading: importing the package did the work."""
-
-
 __all__ = ["fallback_counts", "impl_type_name", "reset_fallback_counts"]

@@ -134,8 +134,21 @@ DeviceCache& cache_for(c10::DeviceIndex device) {
   return *caches[device];
 }
 
-void free_block(void* ctx) {
-  auto* block = static_cast<Block*>(ctx);
+// Device DataPtrs are "simple" (context == pointer) because CPU libraries that
+// host kernels call, oneDNN among them, allocate through the CPU allocator's
+// raw_allocate/raw_deleter, which require it. The block is found by address.
+std::mutex g_live_mutex;
+std::unordered_map<void*, Block*> g_live;
+
+void free_block(void* ptr) {
+  Block* block = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    auto it = g_live.find(ptr);
+    TORCH_INTERNAL_ASSERT(it != g_live.end(), "mydev allocator: freeing unknown pointer ", ptr);
+    block = it->second;
+    g_live.erase(it);
+  }
   cache_for(block->device).free(block);
 }
 
@@ -146,7 +159,7 @@ class DeviceAllocator final : public c10::Allocator {
   }
 
   c10::DeleterFnPtr raw_deleter() const override {
-    return nullptr;  // the context, not the pointer, identifies a block
+    return &free_block;
   }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
@@ -189,7 +202,11 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
     return {nullptr, where};
   }
   Block* block = cache_for(device).allocate(device, nbytes);
-  return {block->ptr, block, &free_block, where};
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    g_live.emplace(block->ptr, block);
+  }
+  return {block->ptr, block->ptr, &free_block, where};
 }
 
 c10::Allocator* device_allocator() {
@@ -198,6 +215,15 @@ c10::Allocator* device_allocator() {
 
 bool is_device_data_ptr(const c10::DataPtr& data_ptr) {
   return data_ptr.get_deleter() == &free_block;
+}
+
+bool is_device_pointer(void* ptr) {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  return g_live.count(ptr) != 0;
+}
+
+void free_device_pointer(void* ptr) {
+  free_block(ptr);
 }
 
 DeviceMemoryStats memory_stats(c10::DeviceIndex device) {

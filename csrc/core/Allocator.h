@@ -14,6 +14,9 @@ c10::Allocator* device_allocator();
 // True if `data_ptr` came from device_allocator() (whatever its Device says).
 bool is_device_data_ptr(const c10::DataPtr& data_ptr);
 // Allocates on an explicit device rather than the current one.
+// For raw (pointer-only) frees: whether `ptr` is a live device allocation, and freeing it.
+bool is_device_pointer(void* ptr);
+void free_device_pointer(void* ptr);
 c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes);
 DeviceMemoryStats memory_stats(c10::DeviceIndex device);
 // Returns every cached, unused block of every device to the runtime.

@@ -26,9 +26,21 @@ thread_local c10::DeviceIndex tls_output_device = -1;
 // will check) that HostCall::to_device later adopts without a copy.
 // test_host_kernel.py::test_cpu_allocator_is_redirect notices if PyTorch ever
 // replaces it behind our back.
+c10::DeleterFnPtr g_cpu_raw_deleter = nullptr;
+
+void raw_free(void* ptr) {
+  if (ptr != nullptr && is_device_pointer(ptr)) {
+    free_device_pointer(ptr);
+  } else {
+    g_cpu_raw_deleter(ptr);
+  }
+}
+
 class RedirectingCpuAllocator final : public c10::Allocator {
  public:
-  explicit RedirectingCpuAllocator(c10::Allocator* cpu) : cpu_(cpu) {}
+  explicit RedirectingCpuAllocator(c10::Allocator* cpu) : cpu_(cpu) {
+    g_cpu_raw_deleter = cpu->raw_deleter();
+  }
 
   c10::DataPtr allocate(size_t nbytes) override {
     if (tls_output_device < 0) {
@@ -39,8 +51,9 @@ class RedirectingCpuAllocator final : public c10::Allocator {
     return data;
   }
 
+  // raw_allocate (oneDNN scratch) may have handed out either kind of memory.
   c10::DeleterFnPtr raw_deleter() const override {
-    return cpu_->raw_deleter();
+    return &raw_free;
   }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {

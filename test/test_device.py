@@ -1,0 +1,306 @@
+"""The mydev device: tensors, views, devices, and bad input. Every value is checked against CPU."""
+import os
+import pickle
+
+import pytest
+import torch
+
+import my_device
+
+IMPL = "my_device::MyDevTensorImpl"
+
+
+def test_round_trip_and_print():
+    x = torch.randn(3, 4)
+    d = x.to("mydev")
+    assert d.device == torch.device("mydev:0")
+    assert d.is_mydev and not x.is_mydev
+    torch.testing.assert_close(d.cpu(), x, rtol=0, atol=0)
+    text = repr(d)
+    assert "device='mydev:0'" in text
+    assert repr(x).split("\n")[0][:20] == text.split("\n")[0][:20]
+
+
+def test_generated_methods():
+    x = torch.arange(6.0)
+    assert x.mydev().device.type == "mydev"
+    m = torch.nn.Linear(2, 2).mydev()
+    assert all(p.device.type == "mydev" for p in m.parameters())
+    s = x.untyped_storage().mydev()
+    assert s.device.type == "mydev"
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.empty(2, 3, device="mydev"),
+    lambda: torch.zeros(2, 3, device="mydev"),
+    lambda: torch.randn(2, 3, device="mydev"),
+    lambda: torch.arange(6, device="mydev"),
+    lambda: torch.randn(2, 3).to("mydev"),
+    lambda: torch.randn(2, 3, device="mydev") + 1,
+    lambda: torch.randn(2, 3, device="mydev").t(),
+    lambda: torch.randn(2, 3, device="mydev")[1],
+    lambda: torch.randn(2, 3, device="mydev").view(6),
+    lambda: torch.randn(2, 3, device="mydev").reshape(3, 2),
+    lambda: torch.randn(2, 3, device="mydev").unfold(1, 2, 1),
+    lambda: torch.randn(2, 3, device="mydev").view(torch.int32),
+    lambda: torch.view_as_real(torch.randn(2, 3, dtype=torch.complex64, device="mydev")),
+    lambda: torch.randn(2, 3, device="mydev").expand(4, 2, 3),
+    lambda: torch.randn(2, 3, device="mydev").detach(),
+    lambda: torch.randn(2, 3, device="mydev").clone(),
+    lambda: torch.randn(2, 3, device="mydev").split(1)[0],
+    lambda: torch.empty(0, device="mydev").set_(torch.randn(4, device="mydev")),
+    lambda: torch.empty(0, device="mydev").resize_(5),
+], ids=lambda f: "")
+def test_every_tensor_is_a_mydev_impl(make):
+    assert my_device.impl_type_name(make()) == IMPL
+
+
+def test_views_alias():
+    base_cpu = torch.arange(12.0).reshape(3, 4)
+    base = base_cpu.to("mydev")
+    v = base[1:, 1:3]
+    assert v.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    assert v.storage_offset() == 5 and v.stride() == (4, 1)
+    assert torch._C._is_alias_of(base, v)
+    v.fill_(-1.0)
+    v.mul_(3)
+    base_cpu[1:, 1:3].fill_(-1.0).mul_(3)
+    torch.testing.assert_close(base.cpu(), base_cpu)
+    t = base.t()
+    t[0, 2] = 7.0
+    base_cpu.t()[0, 2] = 7.0
+    torch.testing.assert_close(base.cpu(), base_cpu)
+    assert not torch._C._is_alias_of(base, base.clone())
+
+
+def test_view_dtype_and_complex_views_share_bytes():
+    x = torch.randn(4, 6)
+    d = x.to("mydev")
+    torch.testing.assert_close(d.view(torch.int32).cpu(), x.view(torch.int32), rtol=0, atol=0)
+    c = torch.view_as_complex(d.view(4, 3, 2))
+    torch.testing.assert_close(c.cpu(), torch.view_as_complex(x.view(4, 3, 2)))
+    torch.view_as_real(c)[0, 0, 0] = 100.0
+    assert d[0, 0].item() == 100.0
+
+
+def test_copies_every_direction():
+    x = torch.randn(5, 7)
+    d = x.to("mydev")
+    torch.testing.assert_close(d.to(torch.float64).cpu(), x.double())         # dtype-converting on device
+    torch.testing.assert_close(x.t().to("mydev").cpu(), x.t())                # non-contiguous H2D
+    torch.testing.assert_close(d.t().cpu(), x.t())                            # non-contiguous D2H
+    out = torch.empty(7, 5, dtype=torch.float64)
+    out.copy_(d.t())                                                          # D2H into a strided dtype
+    torch.testing.assert_close(out, x.t().double())
+    dst = torch.zeros(7, 5, device="mydev").t()
+    dst.copy_(x)                                                              # H2D into a strided view
+    torch.testing.assert_close(dst.cpu(), x)
+    d1 = d.to("mydev:1")                                                      # cross-device
+    assert d1.device == torch.device("mydev:1")
+    torch.testing.assert_close(d1.cpu(), x)
+    torch.testing.assert_close(d.t().to("mydev:1").cpu(), x.t())              # cross-device strided
+    torch.testing.assert_close(d.to("mydev:1", torch.int64).cpu(), x.long())  # cross-device converting
+
+
+def test_scalars_and_fill():
+    d = torch.zeros(3, device="mydev")
+    d.fill_(2.5)
+    assert d.sum().item() == 7.5
+    d.zero_()
+    assert d.abs().max().item() == 0.0
+    assert torch.tensor(3, device="mydev").item() == 3
+
+
+def test_resize_and_set_keep_values():
+    d = torch.arange(4.0, device="mydev")
+    d.resize_(2, 4)
+    torch.testing.assert_close(d[0].cpu(), torch.arange(4.0))
+    src = torch.arange(10.0, device="mydev")
+    e = torch.empty(0, device="mydev")
+    e.set_(src.untyped_storage(), 2, (2, 3), (3, 1))
+    torch.testing.assert_close(e.cpu(), torch.arange(10.0).as_strided((2, 3), (3, 1), 2))
+    e.add_(1)
+    assert src[2].item() == 3.0
+
+
+def test_multi_device_and_device_context():
+    assert torch.mydev.device_count() == 2
+    x = torch.randn(3)
+    a = x.to("mydev:1")
+    assert a.device.index == 1 and a.get_device() == 1
+    torch.testing.assert_close((a * 2).cpu(), x * 2)
+    assert (a * 2).device.index == 1
+    assert torch.mydev.current_device() == 0
+    with torch.mydev.device(1):
+        assert torch.mydev.current_device() == 1
+        assert torch.empty(1, device="mydev").device.index == 1
+    assert torch.mydev.current_device() == 0
+    with pytest.raises(ZeroDivisionError):
+        with torch.mydev.device(1):
+            1 / 0
+    assert torch.mydev.current_device() == 0
+
+
+def test_torch_accelerator():
+    assert torch.accelerator.current_accelerator() == torch.device("mydev")
+    assert torch.accelerator.device_count() == 2
+    torch.accelerator.set_device_index(1)
+    try:
+        assert torch.accelerator.current_device_index() == 1
+        assert torch.mydev.current_device() == 1
+    finally:
+        torch.accelerator.set_device_index(0)
+    torch.accelerator.synchronize()
+    torch.mydev.synchronize()
+
+
+def test_mixing_devices_raises_and_loses_nothing():
+    a = torch.randn(3, device="mydev")
+    kept = a.cpu()
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a + torch.randn(3)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a + torch.randn(3, device="mydev:1")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.mm(torch.randn(3, 3, device="mydev"), torch.randn(3, 3))
+    # 0-dim CPU tensors are scalars, as on CUDA.
+    torch.testing.assert_close((a + torch.tensor(2.0)).cpu(), kept + 2)
+    torch.testing.assert_close(a.cpu(), kept)
+
+
+def test_invalid_device_index_raises():
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        torch.empty(2, device="mydev:5")
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        torch.mydev.set_device(7)
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        torch.randn(2).to("mydev:2")
+    assert torch.ones(2, device="mydev").sum().item() == 2
+
+
+def test_bad_index_raises_and_device_still_works():
+    x = torch.arange(5.0, device="mydev")
+    with pytest.raises(IndexError):
+        x[torch.tensor([7], device="mydev")]
+    with pytest.raises(IndexError):
+        x[10]
+    torch.testing.assert_close(x.cpu(), torch.arange(5.0))
+    assert (x + 1).sum().item() == 15.0
+
+
+def test_unsupported_dtype_raises_clearly():
+    b = torch.ones(2, 2, dtype=torch.bool)
+    with pytest.raises(RuntimeError, match="not implemented for 'Bool'") as cpu_error:
+        b @ b
+    with pytest.raises(RuntimeError, match="not implemented for 'Bool'") as dev_error:
+        b.to("mydev") @ b.to("mydev")
+    assert str(dev_error.value) == str(cpu_error.value)
+    assert torch.ones(3, device="mydev").sum().item() == 3
+
+
+def test_out_of_memory_then_recovery(python_subprocess):
+    r = python_subprocess("""
+        import torch, my_device
+        keep = torch.arange(1000, dtype=torch.float32, device="mydev")
+        try:
+            torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device="mydev")
+        except torch.OutOfMemoryError as e:
+            print("OOM:", e)
+        else:
+            raise SystemExit("no OOM")
+        big = torch.empty(20 * 1024 * 1024, dtype=torch.uint8, device="mydev")
+        try:
+            torch.empty(20 * 1024 * 1024, dtype=torch.uint8, device="mydev")
+            raise SystemExit("no OOM at the limit")
+        except torch.OutOfMemoryError:
+            pass
+        del big
+        again = torch.ones(20 * 1024 * 1024, dtype=torch.uint8, device="mydev")
+        assert again.min().item() == 1 and again.max().item() == 1
+        assert torch.equal(keep.cpu(), torch.arange(1000, dtype=torch.float32))
+        print("recovered")
+    """, env={"MYDEV_MEMORY_LIMIT": "32M"})
+    assert r.returncode == 0, r.stderr
+    assert "recovered" in r.stdout
+    assert "Tried to allocate 64.00 MiB" in r.stdout and "total capacity of 32.00 MiB" in r.stdout
+
+
+def test_strict_mode_catches_host_read(python_subprocess):
+    code = """
+        import ctypes, torch, my_device
+        x = torch.arange(4.0, device="mydev") * 2     # kernels and copies work in strict mode
+        assert x.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+        print("kernels ok", flush=True)
+        ctypes.string_at(x.data_ptr(), 4)             # a library reading device memory on the host
+        print("host read went unnoticed", flush=True)
+    """
+    strict = python_subprocess(code, env={"MYDEV_STRICT": "1"})
+    assert "kernels ok" in strict.stdout, strict.stderr
+    assert "host read went unnoticed" not in strict.stdout
+    assert strict.returncode != 0
+    assert "mydev strict mode" in strict.stderr
+    lax = python_subprocess(code, env={"MYDEV_STRICT": "0"})
+    assert "host read went unnoticed" in lax.stdout, lax.stderr
+
+
+def test_use_after_fork_raises(python_subprocess):
+    r = python_subprocess("""
+        import os, torch, my_device
+        x = torch.ones(2, device="mydev")
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                torch.mydev.current_device()
+            except RuntimeError as e:
+                code = 0 if "Cannot re-initialize mydev in forked subprocess" in str(e) else 4
+            try:
+                torch.ones(2, device="mydev")
+                code = code or 5
+            except RuntimeError as e:
+                code = code or (0 if "forked subprocess" in str(e) else 6)
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, os.WEXITSTATUS(status)
+        assert x.sum().item() == 2
+        print("ok")
+    """)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_fork_before_init_is_fine(python_subprocess):
+    r = python_subprocess("""
+        import os, torch, my_device
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if torch.ones(2, device="mydev").sum().item() == 2 else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+        print("ok")
+    """)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_autoload_makes_plain_import_torch_enough(python_subprocess):
+    r = python_subprocess("""
+        import torch
+        print(torch.randn(2, device="mydev").device, torch.mydev.device_count())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "mydev:0 2" in r.stdout
+
+
+def test_device_count_from_env(python_subprocess):
+    r = python_subprocess("import torch; print(torch.mydev.device_count())", env={"MYDEV_DEVICE_COUNT": "3"})
+    assert r.stdout.strip() == "3", r.stderr
+
+
+def test_cpu_allocator_is_redirect():
+    # Host kernels rely on replacing PyTorch's global CPU allocator (PyTorch has
+    # no per-call allocator override). If PyTorch stops honouring SetAllocator
+    # for CPU, outputs would land in host memory and be copied: this notices.
+    x = torch.randn(64, device="mydev")
+    before = torch.mydev.memory_allocated()
+    y = x.exp()
+    assert torch.mydev.memory_allocated() > before
+    torch.testing.assert_close(y.cpu(), x.cpu().exp())
