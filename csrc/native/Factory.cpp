@@ -6,6 +6,7 @@
 #include "core/Allocator.h"
 #include "core/Device.h"
 #include "core/TensorImpl.h"
+#include "Factory.h"
 
 namespace my_device {
 namespace {
@@ -53,6 +54,19 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   const size_t nbytes = at::detail::computeStorageNbytes(size, stride, args.dtype.itemsize());
   return make_tensor(new_storage(args.device.index(), nbytes), args.dtype, size, stride, 0);
 }
+
+} // namespace
+
+at::Tensor empty_device(c10::IntArrayRef sizes, c10::IntArrayRef strides, const c10::TensorOptions& options) {
+  if (strides.empty()) {
+    return empty_memory_format(sizes, options.dtype().toScalarType(), options.layout(), options.device(),
+                               std::nullopt, std::nullopt);
+  }
+  return empty_strided(sizes, strides, options.dtype().toScalarType(), options.layout(), options.device(),
+                       std::nullopt);
+}
+
+namespace {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));

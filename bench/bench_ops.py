@@ -1,0 +1,60 @@
+"""mydev against CPU, in one process: per-op latency and large-op throughput.
+
+Run: python bench/bench_ops.py [--threads N] [--repeat R]
+Prints one line per case with the median time on each device and the ratio
+mydev/CPU (lower is better; 1.00 is CPU speed). Targets (issue 2): <=1.3x for
+the 1-element op, <=1.05x for the large ones."""
+import argparse
+import statistics
+import time
+
+import torch
+
+import my_device  # noqa: F401
+
+
+def _median_seconds(fn, sync, inner, repeat):
+    fn()
+    sync()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        samples.append((time.perf_counter() - start) / inner)
+    return statistics.median(samples)
+
+
+def _case(name, make, op, inner, repeat):
+    results = {}
+    for device in ("cpu", "mydev"):
+        args = [t.to(device) for t in make()]
+        sync = torch.mydev.synchronize if device == "mydev" else (lambda: None)
+        results[device] = _median_seconds(lambda: op(*args), sync, inner, repeat)
+    ratio = results["mydev"] / results["cpu"]
+    print(f"{name:<28} cpu {results['cpu'] * 1e6:10.2f} us   mydev {results['mydev'] * 1e6:10.2f} us   "
+          f"ratio {ratio:5.2f}x", flush=True)
+    return ratio
+
+
+CASES = [
+    ("add, 1 element", lambda: (torch.randn(1), torch.randn(1)), torch.add, 20000),
+    ("add, 16M elements", lambda: (torch.randn(1 << 24), torch.randn(1 << 24)), torch.add, 5),
+    ("matmul 1024x1024 float32", lambda: (torch.randn(1024, 1024), torch.randn(1024, 1024)), torch.mm, 5),
+]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    parser.add_argument("--repeat", type=int, default=15, help="timed repetitions per case")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} intra-op thread(s), median of {args.repeat}")
+    for name, make, op, inner in CASES:
+        _case(name, make, op, inner, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Builds and runs the mydev runtime's standalone C++ tests.
+
+The runtime (third_party/mydev_runtime) has no PyTorch dependency, so it is
+tested on its own: tests/runtime_test.cpp is compiled together with src/*.cpp
+and run in subprocesses, each with a controlled MYDEV_* environment, because
+the runtime reads its environment once per process and some behaviours
+(strict-mode faults, fork) need a process of their own.
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+RUNTIME = Path(__file__).resolve().parents[1] / "third_party" / "mydev_runtime"
+PASS_LINE = re.compile(r"^(\d+) passed, 0 failed$", re.MULTILINE)
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def runtime_test(tmp_path_factory):
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ not found: cannot build the mydev runtime tests")
+    out = tmp_path_factory.mktemp("mydev_runtime")
+    sources = sorted((RUNTIME / "src").glob("*.cpp")) + [RUNTIME / "tests" / "runtime_test.cpp"]
+    flags = ["-std=c++17", "-O1", "-pthread", "-I", str(RUNTIME / "include")]
+    # Compile translation units in parallel: this is most of the file's runtime.
+    jobs = []
+    for src in sources:
+        obj = out / (src.stem + ".o")
+        cmd = [gxx, *flags, "-c", str(src), "-o", str(obj)]
+        jobs.append((src, obj, subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)))
+    for src, _, proc in jobs:
+        _, err = proc.communicate()
+        assert proc.returncode == 0, f"compiling {src.name} failed:\n{err}"
+    binary = out / "runtime_test"
+    link = subprocess.run(
+        [gxx, "-pthread", *[str(obj) for _, obj, _ in jobs], "-o", str(binary)],
+        capture_output=True,
+        text=True,
+    )
+    assert link.returncode == 0, f"linking failed:\n{link.stderr}"
+    return binary
+
+
+def run(binary, *args, env=None, timeout=60):
+    """Runs the test binary with no MYDEV_* variables except those in env."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MYDEV_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [str(binary), *args], env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def assert_passed(result):
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    match = PASS_LINE.search(result.stdout)
+    assert match and int(match.group(1)) > 0, result.stdout
+
+
+def test_runtime_suite(runtime_test):
+    # 256M keeps the limit-sized allocations of the OOM test small even on a
+    # machine with strict overcommit accounting.
+    assert_passed(run(runtime_test, env={"MYDEV_MEMORY_LIMIT": "256M"}))
+
+
+def test_runtime_suite_with_default_environment(runtime_test):
+    assert_passed(run(runtime_test))
+
+
+def test_defaults(runtime_test):
+    result = run(runtime_test, "env", "2", str(8 * GiB), "0")
+    assert_passed(result)
+    assert result.stderr == ""
+
+
+def test_device_count_from_environment(runtime_test):
+    result = run(runtime_test, "env", "3", str(8 * GiB), "0", env={"MYDEV_DEVICE_COUNT": "3"})
+    assert_passed(result)
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("1048576", 1 << 20),
+        ("64k", 64 << 10),
+        ("64K", 64 << 10),
+        ("512MB", 512 << 20),
+        ("512mb", 512 << 20),
+        ("3G", 3 * GiB),
+        ("2gB", 2 * GiB),
+        ("1T", 1 << 40),
+        ("100", 100),  # below one page: nothing fits
+        ("4096B", 4096),
+        (" 16M ", 16 << 20),
+    ],
+)
+def test_memory_limit_suffixes(runtime_test, value, expected):
+    result = run(runtime_test, "env", "2", str(expected), "0", env={"MYDEV_MEMORY_LIMIT": value})
+    assert_passed(result)
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        ("MYDEV_DEVICE_COUNT", "0"),
+        ("MYDEV_DEVICE_COUNT", "-1"),
+        ("MYDEV_DEVICE_COUNT", "two"),
+        ("MYDEV_DEVICE_COUNT", "3x"),
+        ("MYDEV_DEVICE_COUNT", "1000"),
+        ("MYDEV_MEMORY_LIMIT", "banana"),
+        ("MYDEV_MEMORY_LIMIT", "-5G"),
+        ("MYDEV_MEMORY_LIMIT", "12Q"),
+        ("MYDEV_MEMORY_LIMIT", "1.5G"),
+        ("MYDEV_MEMORY_LIMIT", "0"),
+        ("MYDEV_MEMORY_LIMIT", "99999999999T"),
+        ("MYDEV_STRICT", "yes"),
+    ],
+)
+def test_bad_values_fall_back_with_warning(runtime_test, var, value):
+    result = run(runtime_test, "env", "2", str(8 * GiB), "0", env={var: value})
+    assert_passed(result)
+    warnings = result.stderr.splitlines()
+    assert len(warnings) == 1, result.stderr
+    assert var in warnings[0] and value in warnings[0]
+
+
+def test_strict_mode_allows_copies_and_launches(runtime_test):
+    assert_passed(run(runtime_test, "strict", env={"MYDEV_STRICT": "1"}))
+
+
+def test_runtime_suite_in_strict_mode(runtime_test):
+    assert_passed(run(runtime_test, env={"MYDEV_STRICT": "1", "MYDEV_MEMORY_LIMIT": "256M"}))
+
+
+def test_strict_mode_host_access_aborts_with_report(runtime_test):
+    result = run(runtime_test, "strict-fault", env={"MYDEV_STRICT": "1"})
+    assert result.returncode == -signal.SIGABRT, (result.returncode, result.stdout, result.stderr)
+    address = re.search(r"device 1 address (0x[0-9a-f]+)", result.stdout)
+    assert address, result.stdout
+    expected = (
+        f"mydev strict mode: host code accessed device memory at {address.group(1)} "
+        "(mydev:1 allocation of 10000 bytes) outside a runtime copy or kernel launch"
+    )
+    assert expected in result.stderr, result.stderr
+    assert "without faulting" not in result.stdout
+
+
+def test_strict_mode_leaves_other_segfaults_alone(runtime_test):
+    result = run(runtime_test, "strict-other-segv", env={"MYDEV_STRICT": "1"})
+    assert result.returncode == -signal.SIGSEGV, (result.returncode, result.stdout, result.stderr)
+    assert "mydev strict mode" not in result.stderr
+
+
+def test_fork_poisoning(runtime_test):
+    # Fresh process: fork before initialising (child may use the runtime),
+    # then after (child gets mydevErrorInitializationError); the children
+    # report through their exit status, which the program CHECKs.
+    assert_passed(run(runtime_test, "fork"))

@@ -1,0 +1,1121 @@
+// Standalone tests for the mydev runtime. No framework: CHECK stops at the
+// first failure with file:line and the expression.
+//
+//   runtime_test                     all in-process tests (any environment)
+//   runtime_test env N LIMIT STRICT  configuration read from the environment
+//   runtime_test strict              strict-mode behaviour (needs MYDEV_STRICT=1)
+//   runtime_test strict-fault        touches device memory from host code: must abort
+//   runtime_test strict-other-segv   an unrelated segfault in strict mode: must stay SIGSEGV
+//   runtime_test fork                fork before and after initialisation
+#include "mydev_runtime.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int g_passed = 0;
+
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (cond) {                                                              \
+      ++g_passed;                                                            \
+    } else {                                                                 \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::exit(1);                                                          \
+    }                                                                        \
+  } while (0)
+
+// Like CHECK, but names both errors when they differ.
+#define CHECK_ERR(expr, expected)                                                   \
+  do {                                                                              \
+    mydevError_t got_ = (expr);                                                     \
+    if (got_ == (expected)) {                                                       \
+      ++g_passed;                                                                   \
+    } else {                                                                        \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s returned %s, expected %s\n",    \
+                   __FILE__, __LINE__, #expr, mydevGetErrorName(got_),              \
+                   mydevGetErrorName(expected));                                    \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+#define CHECK_OK(expr) CHECK_ERR(expr, mydevSuccess)
+
+// In a forked child: report by exit status (the parent CHECKs it is 0).
+#define CHILD_CHECK(cond, code) \
+  do {                          \
+    if (!(cond)) _exit(code);   \
+  } while (0)
+
+int deviceCount() {
+  int n = 0;
+  CHECK_OK(mydevGetDeviceCount(&n));
+  return n;
+}
+
+size_t pageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+size_t freeBytes(int device) {
+  int saved;
+  CHECK_OK(mydevGetDevice(&saved));
+  CHECK_OK(mydevSetDevice(device));
+  size_t free_b = 0, total_b = 0;
+  CHECK_OK(mydevMemGetInfo(&free_b, &total_b));
+  CHECK_OK(mydevSetDevice(saved));
+  return free_b;
+}
+
+size_t limitBytes() {
+  size_t free_b = 0, total_b = 0;
+  CHECK_OK(mydevMemGetInfo(&free_b, &total_b));
+  return total_b;
+}
+
+// Whether the kernel can read the byte at p on our behalf: write(2) into a pipe
+// fails with EFAULT for a PROT_NONE page instead of raising SIGSEGV, which
+// lets tests observe strict-mode protection without crashing.
+bool hostReadable(const void* p) {
+  int fds[2];
+  if (pipe(fds) != 0) std::abort();
+  ssize_t w = write(fds[1], p, 1);
+  int err = errno;
+  close(fds[0]);
+  close(fds[1]);
+  if (w == 1) return true;
+  if (w < 0 && err == EFAULT) return false;
+  std::abort();
+}
+
+void fillPattern(std::vector<unsigned char>& v, unsigned seed) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<unsigned char>((i * 31u + seed) & 0xff);
+}
+
+void waitChildOk(pid_t pid) {
+  CHECK(pid > 0);
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "child failed: %s %d\n", WIFEXITED(status) ? "exit" : "signal",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  }
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+// ---- before initialisation ----------------------------------------------
+
+// Must run before anything initialises the runtime in this process.
+void testQueriesDoNotInitialise() {
+  CHECK(!mydevIsInitialized());
+  int n = 0;
+  CHECK_OK(mydevGetDeviceCount(&n));
+  CHECK(n >= 1);
+  CHECK_ERR(mydevGetDeviceCount(nullptr), mydevErrorInvalidValue);
+  (void)mydevGetErrorName(mydevErrorMemoryAllocation);
+  (void)mydevGetErrorString(mydevErrorMemoryAllocation);
+  CHECK(!mydevIsInitialized());
+}
+
+// A child of a parent that never initialised is a fresh process as far as the
+// runtime is concerned. Must run before anything initialises.
+void testForkBeforeInitIsUsable() {
+  CHECK(!mydevIsInitialized());
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    void* d = nullptr;
+    CHILD_CHECK(mydevMalloc(&d, 64) == mydevSuccess, 10);
+    CHILD_CHECK(d != nullptr, 11);
+    unsigned char in[64], out[64] = {};
+    for (int i = 0; i < 64; ++i) in[i] = static_cast<unsigned char>(i + 1);
+    CHILD_CHECK(mydevMemcpy(d, in, 64, mydevMemcpyHostToDevice) == mydevSuccess, 12);
+    CHILD_CHECK(mydevMemcpy(out, d, 64, mydevMemcpyDeviceToHost) == mydevSuccess, 13);
+    CHILD_CHECK(std::memcmp(in, out, 64) == 0, 14);
+    CHILD_CHECK(mydevFree(d) == mydevSuccess, 15);
+    CHILD_CHECK(mydevIsInitialized(), 16);
+    _exit(0);
+  }
+  waitChildOk(pid);
+  CHECK(!mydevIsInitialized());  // the child's use is not the parent's
+}
+
+// ---- errors and devices -------------------------------------------------
+
+void testErrorText() {
+  CHECK(std::strcmp(mydevGetErrorName(mydevSuccess), "mydevSuccess") == 0);
+  CHECK(std::strcmp(mydevGetErrorName(mydevErrorMemoryAllocation), "mydevErrorMemoryAllocation") == 0);
+  CHECK(std::strcmp(mydevGetErrorName(mydevErrorInvalidHostPointer), "mydevErrorInvalidHostPointer") == 0);
+  CHECK(std::strcmp(mydevGetErrorString(mydevErrorMemoryAllocation), "out of memory") == 0);
+  CHECK(std::strcmp(mydevGetErrorString(mydevErrorInvalidDevice), "invalid device ordinal") == 0);
+  for (int e = 0; e <= 10; ++e) {
+    const char* name = mydevGetErrorName(static_cast<mydevError_t>(e));
+    const char* text = mydevGetErrorString(static_cast<mydevError_t>(e));
+    CHECK(std::strncmp(name, "mydev", 5) == 0);
+    CHECK(std::strcmp(text, "unrecognized error code") != 0);
+    CHECK(std::strlen(text) > 0);
+  }
+  CHECK(std::strcmp(mydevGetErrorName(static_cast<mydevError_t>(999)), "unrecognized error code") == 0);
+  CHECK(std::strcmp(mydevGetErrorString(static_cast<mydevError_t>(-1)), "unrecognized error code") == 0);
+}
+
+void testDevices() {
+  int n = deviceCount();
+  int d = -1;
+  CHECK_OK(mydevGetDevice(&d));
+  CHECK(mydevIsInitialized());
+  CHECK(d == 0);
+  CHECK_ERR(mydevGetDevice(nullptr), mydevErrorInvalidValue);
+  CHECK_ERR(mydevSetDevice(n), mydevErrorInvalidDevice);
+  CHECK_ERR(mydevSetDevice(-1), mydevErrorInvalidDevice);
+  CHECK_OK(mydevGetDevice(&d));
+  CHECK(d == 0);  // a failed SetDevice changes nothing
+  CHECK_OK(mydevSetDevice(n - 1));
+  CHECK_OK(mydevGetDevice(&d));
+  CHECK(d == n - 1);
+  CHECK_OK(mydevSetDevice(0));
+
+  mydevDeviceProp prop;
+  CHECK_OK(mydevGetDeviceProperties(&prop, n - 1));
+  CHECK(std::strcmp(prop.name, "mydev emulated accelerator") == 0);
+  CHECK(prop.totalGlobalMem == limitBytes());
+  CHECK(prop.multiProcessorCount >= 1);
+  unsigned hw = std::thread::hardware_concurrency();
+  if (hw) CHECK(prop.multiProcessorCount == static_cast<int>(hw));
+  CHECK(prop.major == 1 && prop.minor == 0);
+  CHECK_ERR(mydevGetDeviceProperties(&prop, n), mydevErrorInvalidDevice);
+  CHECK_ERR(mydevGetDeviceProperties(nullptr, 0), mydevErrorInvalidValue);
+  CHECK_OK(mydevDeviceSynchronize());
+}
+
+void testCurrentDeviceIsPerThread() {
+  if (deviceCount() < 2) return;
+  CHECK_OK(mydevSetDevice(1));
+  int seen_by_thread = -1, thread_after_set = -1;
+  std::thread t([&] {
+    mydevGetDevice(&seen_by_thread);  // a new thread starts at device 0
+    mydevSetDevice(0);
+    mydevGetDevice(&thread_after_set);
+  });
+  t.join();
+  CHECK(seen_by_thread == 0);
+  CHECK(thread_after_set == 0);
+  int d = -1;
+  CHECK_OK(mydevGetDevice(&d));
+  CHECK(d == 1);  // the thread's SetDevice(0) did not leak here
+
+  CHECK_OK(mydevSetDevice(0));
+  std::thread t2([&] { mydevSetDevice(1); });
+  t2.join();
+  CHECK_OK(mydevGetDevice(&d));
+  CHECK(d == 0);
+}
+
+// ---- memory ---------------------------------------------------------------
+
+void testMallocAccounting() {
+  const size_t page = pageSize();
+  const size_t limit = limitBytes();
+  CHECK(freeBytes(0) == limit);  // nothing leaked by earlier tests
+
+  void* p = reinterpret_cast<void*>(0x1);
+  CHECK_OK(mydevMalloc(&p, 0));
+  CHECK(p == nullptr);
+  CHECK_OK(mydevFree(nullptr));
+  CHECK_ERR(mydevMalloc(nullptr, 16), mydevErrorInvalidValue);
+  CHECK_ERR(mydevMemGetInfo(nullptr, nullptr), mydevErrorInvalidValue);
+
+  if (limit < 3 * page) return;
+  void* a = nullptr;
+  CHECK_OK(mydevMalloc(&a, 1));
+  CHECK(a != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(a) % page == 0);
+  CHECK(freeBytes(0) == limit - page);  // accounted page-rounded
+  void* b = nullptr;
+  CHECK_OK(mydevMalloc(&b, page + 1));
+  CHECK(freeBytes(0) == limit - 3 * page);
+
+  // Plain RW outside strict mode: the host can read what the runtime wrote.
+  if (!mydevStrictMode()) CHECK(hostReadable(a));
+
+  if (deviceCount() >= 2) {
+    CHECK(freeBytes(1) == limit);  // devices are accounted separately
+    CHECK_OK(mydevSetDevice(1));
+    void* c = nullptr;
+    CHECK_OK(mydevMalloc(&c, 10));
+    CHECK_OK(mydevSetDevice(0));
+    CHECK(freeBytes(1) == limit - page);
+    CHECK(freeBytes(0) == limit - 3 * page);
+    CHECK_OK(mydevFree(c));  // freeing from another current device is fine
+    CHECK(freeBytes(1) == limit);
+  }
+
+  int on_stack = 0;
+  CHECK_ERR(mydevFree(&on_stack), mydevErrorInvalidDevicePointer);
+  CHECK_ERR(mydevFree(static_cast<char*>(b) + 8), mydevErrorInvalidDevicePointer);  // interior
+  CHECK(freeBytes(0) == limit - 3 * page);
+  CHECK_OK(mydevFree(a));
+  CHECK_ERR(mydevFree(a), mydevErrorInvalidDevicePointer);  // double free
+  CHECK_OK(mydevFree(b));
+  CHECK(freeBytes(0) == limit);
+}
+
+void testOutOfMemory() {
+  const size_t page = pageSize();
+  const size_t limit = limitBytes();
+  if (limit < 2 * page) return;
+  CHECK(freeBytes(0) == limit);
+  const size_t usable = limit / page * page;
+  const size_t half = usable / 2 / page * page;
+
+  void* a = nullptr;
+  void* b = nullptr;
+  CHECK_OK(mydevMalloc(&a, half));
+  CHECK_OK(mydevMalloc(&b, usable - half));
+  CHECK(freeBytes(0) == limit - usable);
+  unsigned char marker[16];
+  std::memset(marker, 0x5a, sizeof(marker));
+  CHECK_OK(mydevMemcpy(a, marker, sizeof(marker), mydevMemcpyHostToDevice));
+
+  void* c = reinterpret_cast<void*>(0x1);
+  CHECK_ERR(mydevMalloc(&c, 1), mydevErrorMemoryAllocation);
+  CHECK(c == nullptr);
+  CHECK_ERR(mydevMalloc(&c, limit + 1), mydevErrorMemoryAllocation);
+  CHECK_ERR(mydevMalloc(&c, SIZE_MAX), mydevErrorMemoryAllocation);  // rounding would overflow
+  CHECK(freeBytes(0) == limit - usable);  // failures account nothing
+
+  // The existing allocations are untouched by the failures.
+  unsigned char back[16] = {};
+  CHECK_OK(mydevMemcpy(back, a, sizeof(back), mydevMemcpyDeviceToHost));
+  CHECK(std::memcmp(back, marker, sizeof(back)) == 0);
+  mydevPointerAttributes attr;
+  CHECK_OK(mydevPointerGetAttributes(&attr, b));
+  CHECK(attr.type == mydevMemoryTypeDevice && attr.size == usable - half);
+
+  if (deviceCount() >= 2) {  // a full device 0 does not limit device 1
+    CHECK_OK(mydevSetDevice(1));
+    CHECK_OK(mydevMalloc(&c, page));
+    CHECK_OK(mydevFree(c));
+    CHECK_OK(mydevSetDevice(0));
+  }
+
+  CHECK_OK(mydevFree(b));
+  CHECK_OK(mydevMalloc(&b, usable - half));  // room again after a free
+  CHECK_OK(mydevFree(b));
+  CHECK_OK(mydevFree(a));
+  CHECK(freeBytes(0) == limit);
+}
+
+void testPinnedMemory() {
+  void* h = nullptr;
+  CHECK_OK(mydevHostAlloc(&h, 1000));
+  CHECK(h != nullptr);
+  std::memset(h, 7, 1000);  // pinned memory is ordinary host memory
+  CHECK(freeBytes(0) == limitBytes());  // and does not use device capacity
+  void* z = reinterpret_cast<void*>(0x1);
+  CHECK_OK(mydevHostAlloc(&z, 0));
+  CHECK(z == nullptr);
+  CHECK_ERR(mydevHostAlloc(nullptr, 8), mydevErrorInvalidValue);
+
+  int on_stack = 0;
+  CHECK_ERR(mydevFreeHost(&on_stack), mydevErrorInvalidHostPointer);
+  CHECK_ERR(mydevFreeHost(static_cast<char*>(h) + 1), mydevErrorInvalidHostPointer);
+  CHECK_ERR(mydevFree(h), mydevErrorInvalidDevicePointer);  // pinned is not device memory
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, 16));
+  CHECK_ERR(mydevFreeHost(d), mydevErrorInvalidHostPointer);  // nor the other way round
+  CHECK_OK(mydevFree(d));
+  CHECK_OK(mydevFreeHost(nullptr));
+  CHECK_OK(mydevFreeHost(h));
+  CHECK_ERR(mydevFreeHost(h), mydevErrorInvalidHostPointer);
+}
+
+void testPointerAttributes() {
+  mydevPointerAttributes attr{};
+  CHECK_ERR(mydevPointerGetAttributes(nullptr, &attr), mydevErrorInvalidValue);
+
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, 1000));
+  CHECK_OK(mydevPointerGetAttributes(&attr, d));
+  CHECK(attr.type == mydevMemoryTypeDevice);
+  CHECK(attr.device == 0);
+  CHECK(attr.base == d);
+  CHECK(attr.size == 1000);
+
+  CHECK_OK(mydevPointerGetAttributes(&attr, static_cast<char*>(d) + 999));  // interior
+  CHECK(attr.type == mydevMemoryTypeDevice && attr.base == d && attr.size == 1000);
+
+  CHECK_OK(mydevPointerGetAttributes(&attr, static_cast<char*>(d) + 1000));  // one past the end
+  CHECK(attr.type == mydevMemoryTypeUnregistered);
+
+  if (deviceCount() >= 2) {
+    CHECK_OK(mydevSetDevice(1));
+    void* d1 = nullptr;
+    CHECK_OK(mydevMalloc(&d1, 64));
+    CHECK_OK(mydevSetDevice(0));
+    CHECK_OK(mydevPointerGetAttributes(&attr, static_cast<char*>(d1) + 10));
+    CHECK(attr.type == mydevMemoryTypeDevice && attr.device == 1 && attr.base == d1 && attr.size == 64);
+    CHECK_OK(mydevFree(d1));
+  }
+
+  void* h = nullptr;
+  CHECK_OK(mydevHostAlloc(&h, 300));
+  CHECK_OK(mydevPointerGetAttributes(&attr, static_cast<char*>(h) + 5));
+  CHECK(attr.type == mydevMemoryTypeHost);
+  CHECK(attr.device == -1);
+  CHECK(attr.base == h);
+  CHECK(attr.size == 300);
+
+  int on_stack = 0;
+  std::vector<char> on_heap(10);
+  for (const void* p : {static_cast<const void*>(&on_stack), static_cast<const void*>(on_heap.data()),
+                        static_cast<const void*>(nullptr)}) {
+    attr.type = mydevMemoryTypeDevice;
+    CHECK_OK(mydevPointerGetAttributes(&attr, p));
+    CHECK(attr.type == mydevMemoryTypeUnregistered);
+    CHECK(attr.device == -1);
+    CHECK(attr.base == nullptr);
+    CHECK(attr.size == 0);
+  }
+
+  CHECK_OK(mydevFree(d));
+  CHECK_OK(mydevPointerGetAttributes(&attr, d));
+  CHECK(attr.type == mydevMemoryTypeUnregistered);  // freed memory is forgotten
+  CHECK_OK(mydevFreeHost(h));
+  CHECK_OK(mydevPointerGetAttributes(&attr, h));
+  CHECK(attr.type == mydevMemoryTypeUnregistered);
+}
+
+// ---- copies ---------------------------------------------------------------
+
+void testCopiesRoundTrip() {
+  const size_t n = 10000;
+  std::vector<unsigned char> src(n), back(n);
+  fillPattern(src, 3);
+
+  void* a = nullptr;
+  void* b = nullptr;
+  CHECK_OK(mydevMalloc(&a, n));
+  CHECK_OK(mydevMalloc(&b, n));
+  CHECK_OK(mydevMemcpy(a, src.data(), n, mydevMemcpyHostToDevice));
+  CHECK_OK(mydevMemcpy(b, a, n, mydevMemcpyDeviceToDevice));
+  CHECK_OK(mydevMemcpy(back.data(), b, n, mydevMemcpyDeviceToHost));
+  CHECK(back == src);
+
+  // Interior ranges, and an overlapping copy within one allocation.
+  CHECK_OK(mydevMemcpy(static_cast<char*>(a) + 1, a, n - 1, mydevMemcpyDeviceToDevice));
+  CHECK_OK(mydevMemcpy(back.data(), a, n, mydevMemcpyDeviceToHost));
+  CHECK(back[0] == src[0]);
+  CHECK(std::memcmp(back.data() + 1, src.data(), n - 1) == 0);
+  unsigned char tail[4] = {};
+  CHECK_OK(mydevMemcpy(tail, static_cast<char*>(b) + n - 4, 4, mydevMemcpyDeviceToHost));
+  CHECK(std::memcmp(tail, src.data() + n - 4, 4) == 0);
+
+  // Async copies and memset on a created stream, and pinned host buffers.
+  mydevStream_t s = nullptr;
+  CHECK_OK(mydevStreamCreateWithPriority(&s, 0));
+  void* pinned = nullptr;
+  CHECK_OK(mydevHostAlloc(&pinned, n));
+  CHECK_OK(mydevMemsetAsync(a, 0xab, n, s));
+  CHECK_OK(mydevMemsetAsync(a, 0x11, 10, nullptr));
+  CHECK_OK(mydevMemcpyAsync(pinned, a, n, mydevMemcpyDeviceToHost, s));
+  CHECK_OK(mydevStreamSynchronize(s));
+  const unsigned char* pb = static_cast<const unsigned char*>(pinned);
+  CHECK(pb[0] == 0x11 && pb[9] == 0x11 && pb[10] == 0xab && pb[n - 1] == 0xab);
+  std::memcpy(pinned, src.data(), n);
+  CHECK_OK(mydevMemcpyAsync(b, pinned, n, mydevMemcpyHostToDevice, s));
+  CHECK_OK(mydevMemcpyAsync(back.data(), b, n, mydevMemcpyDeviceToHost, s));
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(back == src);
+
+  // Across devices.
+  if (deviceCount() >= 2) {
+    CHECK_OK(mydevSetDevice(1));
+    void* c = nullptr;
+    CHECK_OK(mydevMalloc(&c, n));
+    CHECK_OK(mydevSetDevice(0));
+    CHECK_OK(mydevMemcpy(c, b, n, mydevMemcpyDeviceToDevice));
+    std::fill(back.begin(), back.end(), 0);
+    CHECK_OK(mydevMemcpy(back.data(), c, n, mydevMemcpyDeviceToHost));
+    CHECK(back == src);
+    CHECK_OK(mydevMemsetAsync(a, 0, n, s));
+    CHECK_OK(mydevMemcpyAsync(a, c, n, mydevMemcpyDeviceToDevice, s));  // back from device 1
+    CHECK_OK(mydevMemcpy(back.data(), a, n, mydevMemcpyDeviceToHost));
+    CHECK(back == src);
+    CHECK_OK(mydevFree(c));
+  }
+
+  // Zero bytes always succeed, whatever the pointers.
+  CHECK_OK(mydevMemcpy(nullptr, nullptr, 0, mydevMemcpyHostToDevice));
+  CHECK_OK(mydevMemcpyAsync(nullptr, reinterpret_cast<void*>(0x10), 0, mydevMemcpyDeviceToDevice, s));
+  CHECK_OK(mydevMemsetAsync(nullptr, 0, 0, s));
+
+  CHECK_OK(mydevStreamDestroy(s));
+  CHECK_OK(mydevFreeHost(pinned));
+  CHECK_OK(mydevFree(a));
+  CHECK_OK(mydevFree(b));
+}
+
+void testCopyValidation() {
+  const size_t n = 100;
+  std::vector<unsigned char> host(2 * n, 0xee), pattern(2 * n);
+  fillPattern(pattern, 9);
+  void* d = nullptr;
+  void* e = nullptr;
+  CHECK_OK(mydevMalloc(&d, n));
+  CHECK_OK(mydevMalloc(&e, n));
+  CHECK_OK(mydevMemcpy(d, pattern.data(), n, mydevMemcpyHostToDevice));
+
+  auto deviceUnchanged = [&] {
+    std::vector<unsigned char> got(n);
+    CHECK_OK(mydevMemcpy(got.data(), d, n, mydevMemcpyDeviceToHost));
+    return std::memcmp(got.data(), pattern.data(), n) == 0;
+  };
+  auto hostUnchanged = [&] {
+    for (unsigned char c : host) {
+      if (c != 0xee) return false;
+    }
+    return true;
+  };
+
+  // Device side not in any device allocation.
+  std::vector<unsigned char> other(n, 1);
+  CHECK_ERR(mydevMemcpy(other.data(), host.data(), n, mydevMemcpyHostToDevice), mydevErrorInvalidDevicePointer);
+  CHECK_ERR(mydevMemcpy(host.data(), other.data(), n, mydevMemcpyDeviceToHost), mydevErrorInvalidDevicePointer);
+  CHECK(hostUnchanged());
+  CHECK(other == std::vector<unsigned char>(n, 1));
+  CHECK_ERR(mydevMemcpy(host.data(), nullptr, 1, mydevMemcpyDeviceToHost), mydevErrorInvalidDevicePointer);
+
+  // Ranges running past the end of an allocation, including from the inside.
+  CHECK_ERR(mydevMemcpy(d, host.data(), n + 1, mydevMemcpyHostToDevice), mydevErrorInvalidDevicePointer);
+  CHECK_ERR(mydevMemcpy(static_cast<char*>(d) + 50, host.data(), 51, mydevMemcpyHostToDevice),
+            mydevErrorInvalidDevicePointer);
+  CHECK(deviceUnchanged());
+  CHECK_ERR(mydevMemcpy(host.data(), d, n + 1, mydevMemcpyDeviceToHost), mydevErrorInvalidDevicePointer);
+  CHECK_ERR(mydevMemcpy(host.data(), static_cast<char*>(d) + 99, 2, mydevMemcpyDeviceToHost),
+            mydevErrorInvalidDevicePointer);
+  CHECK(hostUnchanged());
+  CHECK_ERR(mydevMemcpy(e, d, n + 1, mydevMemcpyDeviceToDevice), mydevErrorInvalidDevicePointer);
+  CHECK_ERR(mydevMemcpy(d, e, n + 1, mydevMemcpyDeviceToDevice), mydevErrorInvalidDevicePointer);
+  CHECK(deviceUnchanged());
+  CHECK_ERR(mydevMemsetAsync(d, 0, n + 1, nullptr), mydevErrorInvalidDevicePointer);
+  CHECK_ERR(mydevMemsetAsync(host.data(), 0, 1, nullptr), mydevErrorInvalidDevicePointer);
+  CHECK(deviceUnchanged());
+  CHECK(hostUnchanged());
+
+  // The host side pointing into device memory: device-to-device in disguise.
+  CHECK_ERR(mydevMemcpy(d, e, n, mydevMemcpyHostToDevice), mydevErrorInvalidHostPointer);
+  CHECK(deviceUnchanged());
+  CHECK_ERR(mydevMemcpy(e, d, n, mydevMemcpyDeviceToHost), mydevErrorInvalidHostPointer);
+  // ... also into the page-rounding tail of an allocation.
+  CHECK_ERR(mydevMemcpy(static_cast<char*>(e) + n + 8, d, 1, mydevMemcpyDeviceToHost),
+            mydevErrorInvalidHostPointer);
+  CHECK_ERR(mydevMemcpyAsync(d, static_cast<char*>(e) + 1, 1, mydevMemcpyHostToDevice, nullptr),
+            mydevErrorInvalidHostPointer);
+  CHECK(deviceUnchanged());
+  CHECK_ERR(mydevMemcpy(nullptr, d, 1, mydevMemcpyDeviceToHost), mydevErrorInvalidValue);
+
+  // Pinned memory is host memory, not device memory.
+  void* pinned = nullptr;
+  CHECK_OK(mydevHostAlloc(&pinned, n));
+  CHECK_ERR(mydevMemcpy(pinned, d, n, mydevMemcpyDeviceToDevice), mydevErrorInvalidDevicePointer);
+  CHECK_OK(mydevFreeHost(pinned));
+
+  // Freed memory is no longer a valid device pointer.
+  void* gone = nullptr;
+  CHECK_OK(mydevMalloc(&gone, n));
+  CHECK_OK(mydevFree(gone));
+  CHECK_ERR(mydevMemcpy(host.data(), gone, 1, mydevMemcpyDeviceToHost), mydevErrorInvalidDevicePointer);
+
+  // Bad kind and bad stream.
+  CHECK_ERR(mydevMemcpy(d, host.data(), n, static_cast<mydevMemcpyKind>(0)), mydevErrorInvalidValue);
+  CHECK_ERR(mydevMemcpy(d, host.data(), n, static_cast<mydevMemcpyKind>(7)), mydevErrorInvalidValue);
+  mydevStream_t s = nullptr;
+  CHECK_OK(mydevStreamCreateWithPriority(&s, 0));
+  CHECK_OK(mydevStreamDestroy(s));
+  CHECK_ERR(mydevMemcpyAsync(d, host.data(), n, mydevMemcpyHostToDevice, s), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevMemsetAsync(d, 0, n, s), mydevErrorInvalidResourceHandle);
+  CHECK(deviceUnchanged());
+  CHECK(hostUnchanged());
+
+  CHECK_OK(mydevFree(d));
+  CHECK_OK(mydevFree(e));
+}
+
+// ---- streams and launches -------------------------------------------------
+
+void testStreams() {
+  int least = 99, greatest = 99;
+  CHECK_OK(mydevDeviceGetStreamPriorityRange(&least, &greatest));
+  CHECK(least == 0 && greatest == -1);
+
+  mydevStream_t lo = nullptr, hi = nullptr, clamped_lo = nullptr, clamped_hi = nullptr;
+  CHECK_OK(mydevStreamCreateWithPriority(&lo, 0));
+  CHECK_OK(mydevStreamCreateWithPriority(&hi, -1));
+  CHECK_OK(mydevStreamCreateWithPriority(&clamped_lo, 5));
+  CHECK_OK(mydevStreamCreateWithPriority(&clamped_hi, -7));
+  CHECK(lo && hi && lo != hi);
+  int p = 99;
+  CHECK_OK(mydevStreamGetPriority(lo, &p));
+  CHECK(p == 0);
+  CHECK_OK(mydevStreamGetPriority(hi, &p));
+  CHECK(p == -1);
+  CHECK_OK(mydevStreamGetPriority(clamped_lo, &p));
+  CHECK(p == 0);
+  CHECK_OK(mydevStreamGetPriority(clamped_hi, &p));
+  CHECK(p == -1);
+  CHECK_OK(mydevStreamGetPriority(nullptr, &p));
+  CHECK(p == 0);
+  CHECK_ERR(mydevStreamCreateWithPriority(nullptr, 0), mydevErrorInvalidValue);
+
+  int dev = -1;
+  CHECK_OK(mydevStreamGetDevice(lo, &dev));
+  CHECK(dev == 0);
+  CHECK_OK(mydevStreamGetDevice(nullptr, &dev));
+  CHECK(dev == 0);
+  if (deviceCount() >= 2) {
+    CHECK_OK(mydevSetDevice(1));
+    mydevStream_t s1 = nullptr;
+    CHECK_OK(mydevStreamCreateWithPriority(&s1, 0));
+    CHECK_OK(mydevStreamGetDevice(nullptr, &dev));
+    CHECK(dev == 1);  // the NULL stream follows the current device
+    CHECK_OK(mydevSetDevice(0));
+    CHECK_OK(mydevStreamGetDevice(s1, &dev));
+    CHECK(dev == 1);  // a created stream keeps its device
+    CHECK_OK(mydevStreamDestroy(s1));
+  }
+
+  CHECK_OK(mydevStreamQuery(lo));
+  CHECK_OK(mydevStreamQuery(nullptr));
+  CHECK_OK(mydevStreamSynchronize(lo));
+  CHECK_OK(mydevStreamSynchronize(nullptr));
+
+  CHECK_ERR(mydevStreamDestroy(nullptr), mydevErrorInvalidResourceHandle);
+  CHECK_OK(mydevStreamDestroy(lo));
+  CHECK_ERR(mydevStreamDestroy(lo), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevStreamQuery(lo), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevStreamSynchronize(lo), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevStreamGetDevice(lo, &dev), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevStreamGetPriority(lo, &p), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevLaunchHostFunc(lo, [](void*) { return 0; }, nullptr), mydevErrorInvalidResourceHandle);
+  int bogus = 0;
+  CHECK_ERR(mydevStreamQuery(reinterpret_cast<mydevStream_t>(&bogus)), mydevErrorInvalidResourceHandle);
+  CHECK_OK(mydevStreamDestroy(hi));
+  CHECK_OK(mydevStreamDestroy(clamped_lo));
+  CHECK_OK(mydevStreamDestroy(clamped_hi));
+}
+
+struct LaunchArgs {
+  int* device_buf;  // device memory, touched directly by the "kernel"
+  int value;
+  int calls;
+  int device_seen;
+};
+
+int writeKernel(void* ud) {
+  auto* a = static_cast<LaunchArgs*>(ud);
+  a->calls++;
+  mydevGetDevice(&a->device_seen);
+  for (int i = 0; i < 256; ++i) a->device_buf[i] = a->value + i;
+  return 0;
+}
+
+int failingKernel(void* ud) {
+  ++*static_cast<int*>(ud);
+  return 3;
+}
+
+void testLaunch() {
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, 256 * sizeof(int)));
+  mydevStream_t s = nullptr;
+  CHECK_OK(mydevStreamCreateWithPriority(&s, 0));
+
+  LaunchArgs args{static_cast<int*>(d), 1000, 0, -1};
+  CHECK_OK(mydevLaunchHostFunc(s, writeKernel, &args));
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(args.calls == 1);
+  CHECK(args.device_seen == 0);
+  std::vector<int> back(256);
+  CHECK_OK(mydevMemcpy(back.data(), d, 256 * sizeof(int), mydevMemcpyDeviceToHost));
+  for (int i = 0; i < 256; ++i) CHECK(back[i] == 1000 + i);
+  CHECK_OK(mydevLaunchHostFunc(nullptr, writeKernel, &args));
+  CHECK_OK(mydevStreamSynchronize(nullptr));
+  CHECK(args.calls == 2);
+  CHECK_ERR(mydevLaunchHostFunc(s, nullptr, nullptr), mydevErrorInvalidValue);
+
+  // A failure is returned by the launch and, once, by the next synchronisation.
+  int failures = 0;
+  CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), mydevErrorLaunchFailure);
+  CHECK(failures == 1);
+  CHECK_OK(mydevStreamQuery(s));  // querying does not consume it
+  CHECK_OK(mydevStreamSynchronize(nullptr));  // another stream is not affected
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);
+  CHECK_OK(mydevStreamSynchronize(s));  // cleared
+  CHECK_OK(mydevDeviceSynchronize());
+
+  // DeviceSynchronize reports it too, and clears it for the stream.
+  CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), mydevErrorLaunchFailure);
+  CHECK_ERR(mydevLaunchHostFunc(nullptr, failingKernel, &failures), mydevErrorLaunchFailure);
+  CHECK_ERR(mydevDeviceSynchronize(), mydevErrorLaunchFailure);
+  CHECK_OK(mydevDeviceSynchronize());
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK_OK(mydevStreamSynchronize(nullptr));
+
+  // Work after a failure still runs.
+  args.value = 7;
+  CHECK_OK(mydevLaunchHostFunc(s, writeKernel, &args));
+  CHECK_OK(mydevMemcpy(back.data(), d, sizeof(int), mydevMemcpyDeviceToHost));
+  CHECK(back[0] == 7);
+
+  if (deviceCount() >= 2) {
+    CHECK_OK(mydevSetDevice(1));
+    mydevStream_t s1 = nullptr;
+    CHECK_OK(mydevStreamCreateWithPriority(&s1, -1));
+    CHECK_OK(mydevSetDevice(0));
+    // A launched function runs "on" its stream's device.
+    CHECK_OK(mydevLaunchHostFunc(s1, writeKernel, &args));
+    CHECK(args.device_seen == 1);
+    int cur = -1;
+    CHECK_OK(mydevGetDevice(&cur));
+    CHECK(cur == 0);
+    // A failure on device 1 is not device 0's to report.
+    CHECK_ERR(mydevLaunchHostFunc(s1, failingKernel, &failures), mydevErrorLaunchFailure);
+    CHECK_OK(mydevDeviceSynchronize());
+    CHECK_OK(mydevSetDevice(1));
+    CHECK_ERR(mydevDeviceSynchronize(), mydevErrorLaunchFailure);
+    CHECK_OK(mydevStreamSynchronize(s1));
+    CHECK_OK(mydevSetDevice(0));
+    CHECK_OK(mydevStreamDestroy(s1));
+  }
+
+  CHECK_OK(mydevStreamDestroy(s));
+  CHECK_OK(mydevFree(d));
+}
+
+// ---- events ---------------------------------------------------------------
+
+void testEvents() {
+  mydevEvent_t e1 = nullptr, e2 = nullptr, e3 = nullptr, nt = nullptr, never = nullptr;
+  CHECK_OK(mydevEventCreateWithFlags(&e1, mydevEventDefault));
+  CHECK_OK(mydevEventCreateWithFlags(&e2, mydevEventDefault));
+  CHECK_OK(mydevEventCreateWithFlags(&e3, mydevEventDefault));
+  CHECK_OK(mydevEventCreateWithFlags(&nt, mydevEventDisableTiming));
+  CHECK_OK(mydevEventCreateWithFlags(&never, mydevEventDefault));
+  mydevEvent_t bad = nullptr;
+  CHECK_ERR(mydevEventCreateWithFlags(&bad, 0x1), mydevErrorInvalidValue);
+  CHECK_ERR(mydevEventCreateWithFlags(nullptr, 0), mydevErrorInvalidValue);
+
+  // Never recorded: complete for Query/Synchronize, no time to measure.
+  CHECK_OK(mydevEventQuery(never));
+  CHECK_OK(mydevEventSynchronize(never));
+  float ms = -1;
+  CHECK_ERR(mydevEventElapsedTime(&ms, never, never), mydevErrorInvalidResourceHandle);
+
+  mydevStream_t s = nullptr;
+  CHECK_OK(mydevStreamCreateWithPriority(&s, 0));
+  CHECK_OK(mydevEventRecord(e1, s));
+  CHECK_ERR(mydevEventElapsedTime(&ms, e1, never), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevEventElapsedTime(&ms, never, e1), mydevErrorInvalidResourceHandle);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK_OK(mydevEventRecord(e2, s));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  CHECK_OK(mydevEventRecord(e3, nullptr));
+  CHECK_OK(mydevEventQuery(e1));
+  CHECK_OK(mydevEventSynchronize(e2));
+  CHECK_OK(mydevStreamWaitEvent(s, e3));
+  CHECK_OK(mydevStreamWaitEvent(nullptr, e1));
+  CHECK_OK(mydevStreamWaitEvent(s, never));
+
+  float t12 = -1, t13 = -1, t11 = -1, t21 = 1;
+  CHECK_OK(mydevEventElapsedTime(&t12, e1, e2));
+  CHECK_OK(mydevEventElapsedTime(&t13, e1, e3));
+  CHECK_OK(mydevEventElapsedTime(&t11, e1, e1));
+  CHECK_OK(mydevEventElapsedTime(&t21, e2, e1));
+  CHECK(t12 >= 5.0f);  // at least the sleep between the records
+  CHECK(t12 < 5000.0f);
+  CHECK(t13 >= t12 + 2.0f);
+  CHECK(t11 == 0.0f);
+  CHECK(t21 == -t12);
+
+  // Re-recording moves the event forward.
+  CHECK_OK(mydevEventRecord(e1, s));
+  CHECK_OK(mydevEventElapsedTime(&ms, e3, e1));
+  CHECK(ms >= 0.0f);
+
+  CHECK_OK(mydevEventRecord(nt, s));
+  CHECK_OK(mydevEventQuery(nt));
+  CHECK_ERR(mydevEventElapsedTime(&ms, nt, e1), mydevErrorTimingDisabled);
+  CHECK_ERR(mydevEventElapsedTime(&ms, e1, nt), mydevErrorTimingDisabled);
+  mydevEvent_t nt2 = nullptr;  // timing is checked before recording
+  CHECK_OK(mydevEventCreateWithFlags(&nt2, mydevEventDisableTiming));
+  CHECK_ERR(mydevEventElapsedTime(&ms, nt2, e1), mydevErrorTimingDisabled);
+  CHECK_ERR(mydevEventElapsedTime(nullptr, e1, e2), mydevErrorInvalidValue);
+
+  // Invalid handles.
+  CHECK_OK(mydevEventDestroy(e3));
+  CHECK_ERR(mydevEventDestroy(e3), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevEventDestroy(nullptr), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevEventQuery(e3), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevEventSynchronize(e3), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevEventRecord(e3, s), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevEventElapsedTime(&ms, e1, e3), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevStreamWaitEvent(s, e3), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevEventQuery(nullptr), mydevErrorInvalidResourceHandle);
+  CHECK_OK(mydevStreamDestroy(s));
+  CHECK_ERR(mydevEventRecord(e1, s), mydevErrorInvalidResourceHandle);
+  CHECK_ERR(mydevStreamWaitEvent(s, e1), mydevErrorInvalidResourceHandle);
+
+  for (mydevEvent_t e : {e1, e2, nt, nt2, never}) CHECK_OK(mydevEventDestroy(e));
+}
+
+// ---- concurrency ----------------------------------------------------------
+
+void testManyThreads() {
+  const int threads = 8, iterations = 150;
+  const int n = deviceCount();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      auto expect = [&](bool ok) {
+        if (!ok) failures.fetch_add(1);
+      };
+      expect(mydevSetDevice(t % n) == mydevSuccess);
+      mydevStream_t s = nullptr;
+      expect(mydevStreamCreateWithPriority(&s, -(t % 2)) == mydevSuccess);
+      mydevEvent_t ev = nullptr;
+      expect(mydevEventCreateWithFlags(&ev, 0) == mydevSuccess);
+      for (int i = 0; i < iterations; ++i) {
+        size_t bytes = 1 + static_cast<size_t>((t * 7919 + i * 104729) % 20000);
+        std::vector<unsigned char> in(bytes), out(bytes);
+        fillPattern(in, static_cast<unsigned>(t * 1000 + i));
+        void* d = nullptr;
+        expect(mydevMalloc(&d, bytes) == mydevSuccess);
+        expect(mydevMemcpyAsync(d, in.data(), bytes, mydevMemcpyHostToDevice, s) == mydevSuccess);
+        expect(mydevLaunchHostFunc(s, [](void* p) { return *static_cast<unsigned char*>(p) == 0xff ? 0 : 0; },
+                                   d) == mydevSuccess);
+        expect(mydevEventRecord(ev, s) == mydevSuccess);
+        expect(mydevMemcpyAsync(out.data(), d, bytes, mydevMemcpyDeviceToHost, s) == mydevSuccess);
+        expect(mydevStreamSynchronize(s) == mydevSuccess);
+        expect(in == out);
+        mydevPointerAttributes attr;
+        expect(mydevPointerGetAttributes(&attr, d) == mydevSuccess && attr.base == d && attr.size == bytes &&
+               attr.device == t % n);
+        expect(mydevFree(d) == mydevSuccess);
+      }
+      expect(mydevEventDestroy(ev) == mydevSuccess);
+      expect(mydevStreamDestroy(s) == mydevSuccess);
+    });
+  }
+  for (auto& th : pool) th.join();
+  CHECK(failures.load() == 0);
+  for (int d = 0; d < n; ++d) CHECK(freeBytes(d) == limitBytes());
+}
+
+// ---- fork after initialisation ------------------------------------------------
+
+void testForkAfterInitIsPoisoned() {
+  CHECK_OK(mydevSetDevice(0));  // make sure we are initialised
+  void* d = nullptr;
+  void* h = nullptr;
+  CHECK_OK(mydevMalloc(&d, 128));
+  CHECK_OK(mydevHostAlloc(&h, 128));
+  mydevStream_t s = nullptr;
+  CHECK_OK(mydevStreamCreateWithPriority(&s, 0));
+  const int n = deviceCount();
+
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int count = 0;
+    CHILD_CHECK(mydevGetDeviceCount(&count) == mydevSuccess, 10);
+    CHILD_CHECK(count == n, 11);
+    void* p = nullptr;
+    CHILD_CHECK(mydevMalloc(&p, 16) == mydevErrorInitializationError, 12);
+    CHILD_CHECK(p == nullptr, 13);
+    CHILD_CHECK(mydevSetDevice(0) == mydevErrorInitializationError, 14);
+    int dev = 0;
+    CHILD_CHECK(mydevGetDevice(&dev) == mydevErrorInitializationError, 15);
+    char buf[16];
+    CHILD_CHECK(mydevMemcpy(buf, d, 16, mydevMemcpyDeviceToHost) == mydevErrorInitializationError, 16);
+    CHILD_CHECK(mydevStreamSynchronize(s) == mydevErrorInitializationError, 17);
+    mydevStream_t s2 = nullptr;
+    CHILD_CHECK(mydevStreamCreateWithPriority(&s2, 0) == mydevErrorInitializationError, 18);
+    CHILD_CHECK(mydevDeviceSynchronize() == mydevErrorInitializationError, 19);
+    mydevPointerAttributes attr;
+    CHILD_CHECK(mydevPointerGetAttributes(&attr, d) == mydevErrorInitializationError, 20);
+    mydevEvent_t ev = nullptr;
+    CHILD_CHECK(mydevEventCreateWithFlags(&ev, 0) == mydevErrorInitializationError, 21);
+    // Destructors of inherited objects must not fail.
+    CHILD_CHECK(mydevFree(d) == mydevSuccess, 22);
+    CHILD_CHECK(mydevFreeHost(h) == mydevSuccess, 23);
+    CHILD_CHECK(mydevIsInitialized() != 0, 24);
+    CHILD_CHECK(std::strcmp(mydevGetErrorName(mydevErrorInitializationError),
+                            "mydevErrorInitializationError") == 0,
+                25);
+    _exit(0);
+  }
+  waitChildOk(pid);
+
+  // The parent is unaffected, including the allocations the child "freed".
+  void* p = nullptr;
+  CHECK_OK(mydevMalloc(&p, 16));
+  CHECK_OK(mydevMemcpy(p, d, 16, mydevMemcpyDeviceToDevice));
+  CHECK_OK(mydevFree(p));
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK_OK(mydevStreamDestroy(s));
+  CHECK_OK(mydevFree(d));
+  CHECK_OK(mydevFreeHost(h));
+}
+
+// ---- strict mode (MYDEV_STRICT=1) -------------------------------------------
+
+struct StrictArgs {
+  unsigned char* dev;
+  size_t bytes;
+  bool readable_inside;
+  void* allocated_inside;
+  bool readable_after_nested_copy;
+};
+
+int strictKernel(void* ud) {
+  auto* a = static_cast<StrictArgs*>(ud);
+  a->readable_inside = hostReadable(a->dev);
+  for (size_t i = 0; i < a->bytes; ++i) a->dev[i] = static_cast<unsigned char>(a->dev[i] + 1);
+  // Memory allocated while a window is open is usable at once...
+  if (mydevMalloc(&a->allocated_inside, 64) != mydevSuccess) return 1;
+  std::memset(a->allocated_inside, 0x42, 64);
+  // ... and a nested runtime copy does not close the outer window.
+  unsigned char tmp[8];
+  if (mydevMemcpy(tmp, a->dev, sizeof(tmp), mydevMemcpyDeviceToHost) != mydevSuccess) return 1;
+  a->readable_after_nested_copy = hostReadable(a->dev);
+  return 0;
+}
+
+int runStrict() {
+  CHECK(mydevStrictMode());
+  const size_t n = 5000;
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, n));
+  CHECK(!hostReadable(d));  // sealed from birth
+  CHECK(!hostReadable(static_cast<char*>(d) + n + 10));  // including the rounding tail
+
+  std::vector<unsigned char> in(n), out(n);
+  fillPattern(in, 5);
+  CHECK_OK(mydevMemcpy(d, in.data(), n, mydevMemcpyHostToDevice));
+  CHECK(!hostReadable(d));
+  CHECK_OK(mydevMemcpy(out.data(), d, n, mydevMemcpyDeviceToHost));
+  CHECK(out == in);
+
+  StrictArgs args{static_cast<unsigned char*>(d), n, false, nullptr, false};
+  CHECK_OK(mydevLaunchHostFunc(nullptr, strictKernel, &args));
+  CHECK(args.readable_inside);
+  CHECK(args.readable_after_nested_copy);
+  CHECK(!hostReadable(d));  // sealed again after the launch
+  CHECK(args.allocated_inside != nullptr);
+  CHECK(!hostReadable(args.allocated_inside));  // sealed when the window closed
+  CHECK_OK(mydevMemcpy(out.data(), d, n, mydevMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i) CHECK(out[i] == static_cast<unsigned char>(in[i] + 1));
+  unsigned char inner[64];
+  CHECK_OK(mydevMemcpy(inner, args.allocated_inside, 64, mydevMemcpyDeviceToHost));
+  for (unsigned char c : inner) CHECK(c == 0x42);
+
+  // Memset, device-to-device and cross-device copies work inside their windows.
+  void* e = nullptr;
+  CHECK_OK(mydevMalloc(&e, n));
+  CHECK_OK(mydevMemsetAsync(e, 9, n, nullptr));
+  CHECK_OK(mydevMemcpy(d, e, n, mydevMemcpyDeviceToDevice));
+  CHECK_OK(mydevMemcpy(out.data(), d, n, mydevMemcpyDeviceToHost));
+  CHECK(out == std::vector<unsigned char>(n, 9));
+  if (deviceCount() >= 2) {
+    CHECK_OK(mydevSetDevice(1));
+    void* f = nullptr;
+    CHECK_OK(mydevMalloc(&f, n));
+    CHECK(!hostReadable(f));
+    CHECK_OK(mydevMemcpy(f, in.data(), n, mydevMemcpyHostToDevice));
+    CHECK_OK(mydevSetDevice(0));
+    CHECK_OK(mydevMemcpy(e, f, n, mydevMemcpyDeviceToDevice));
+    CHECK_OK(mydevMemcpy(out.data(), e, n, mydevMemcpyDeviceToHost));
+    CHECK(out == in);
+    CHECK_OK(mydevFree(f));
+  }
+  CHECK(!hostReadable(d));
+  CHECK(!hostReadable(e));
+
+  // Pinned host memory is never protected.
+  void* h = nullptr;
+  CHECK_OK(mydevHostAlloc(&h, 100));
+  CHECK(hostReadable(h));
+  std::memset(h, 1, 100);
+  CHECK_OK(mydevMemcpy(e, h, 100, mydevMemcpyHostToDevice));
+  CHECK(hostReadable(h));
+
+  // Concurrent launches and copies from several threads: windows nest across
+  // threads and memory ends up sealed once all are closed.
+  std::atomic<int> failures{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t) {
+    pool.emplace_back([&] {
+      void* mine = nullptr;
+      if (mydevMalloc(&mine, 256) != mydevSuccess) failures++;
+      for (int i = 0; i < 200; ++i) {
+        auto kernel = [](void* p) {
+          auto* b = static_cast<unsigned char*>(p);
+          for (int k = 0; k < 256; ++k) b[k] = static_cast<unsigned char>(k);
+          return 0;
+        };
+        if (mydevLaunchHostFunc(nullptr, kernel, mine) != mydevSuccess) failures++;
+        unsigned char back[256];
+        if (mydevMemcpy(back, mine, 256, mydevMemcpyDeviceToHost) != mydevSuccess) failures++;
+        if (back[255] != 255) failures++;
+      }
+      if (mydevFree(mine) != mydevSuccess) failures++;
+    });
+  }
+  for (auto& th : pool) th.join();
+  CHECK(failures.load() == 0);
+  CHECK(!hostReadable(d));
+
+  CHECK_OK(mydevFreeHost(h));
+  CHECK_OK(mydevFree(args.allocated_inside));
+  CHECK_OK(mydevFree(e));
+  CHECK_OK(mydevFree(d));
+  std::printf("%d passed, 0 failed\n", g_passed);
+  return 0;
+}
+
+// Host code reading device memory: the handler must report it and abort.
+// Prints the faulting address first so the caller can match the message.
+int runStrictFault() {
+  if (!mydevStrictMode()) return 2;
+  int device = deviceCount() >= 2 ? 1 : 0;
+  CHECK_OK(mydevSetDevice(device));
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, 10000));
+  volatile unsigned char* target = static_cast<unsigned char*>(d) + 5000;
+  std::printf("device %d address %p\n", device, const_cast<unsigned char*>(target));
+  std::fflush(stdout);
+  unsigned char v = *target;  // must not return
+  std::printf("read %d without faulting\n", v);
+  return 3;
+}
+
+// A segfault that has nothing to do with device memory must look like one.
+int runStrictOtherSegv() {
+  if (!mydevStrictMode()) return 2;
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, 100));
+  size_t page = pageSize();
+  void* foreign = mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(foreign != MAP_FAILED);
+  std::fflush(stdout);
+  volatile unsigned char* target = static_cast<unsigned char*>(foreign);
+  unsigned char v = *target;  // must die with SIGSEGV
+  std::printf("read %d without faulting\n", v);
+  return 3;
+}
+
+// Configuration as read from the environment; run in a fresh process.
+int runEnv(int argc, char** argv) {
+  if (argc != 5) return 2;
+  const int expected_count = std::atoi(argv[2]);
+  const size_t expected_limit = std::strtoull(argv[3], nullptr, 10);
+  const bool expected_strict = std::atoi(argv[4]) != 0;
+
+  CHECK(deviceCount() == expected_count);
+  CHECK(!mydevIsInitialized());  // counting devices is not initialising
+  size_t free_b = 0, total_b = 0;
+  CHECK_OK(mydevMemGetInfo(&free_b, &total_b));
+  CHECK(mydevIsInitialized());
+  CHECK(total_b == expected_limit);
+  CHECK(free_b == expected_limit);
+  for (int d = 0; d < expected_count; ++d) {
+    CHECK_OK(mydevSetDevice(d));
+    mydevDeviceProp prop;
+    CHECK_OK(mydevGetDeviceProperties(&prop, d));
+    CHECK(prop.totalGlobalMem == expected_limit);
+    CHECK_OK(mydevMemGetInfo(&free_b, &total_b));
+    CHECK(total_b == expected_limit);
+  }
+  CHECK_ERR(mydevSetDevice(expected_count), mydevErrorInvalidDevice);
+  mydevDeviceProp prop;
+  CHECK_ERR(mydevGetDeviceProperties(&prop, expected_count), mydevErrorInvalidDevice);
+  CHECK((mydevStrictMode() != 0) == expected_strict);
+
+  // The limit is enforced in page-rounded units: a limit below one page fits nothing.
+  CHECK_OK(mydevSetDevice(0));
+  void* p = nullptr;
+  if (expected_limit < pageSize()) {
+    CHECK_ERR(mydevMalloc(&p, 1), mydevErrorMemoryAllocation);
+  } else {
+    CHECK_OK(mydevMalloc(&p, 1));
+    CHECK_OK(mydevFree(p));
+  }
+  std::printf("%d passed, 0 failed\n", g_passed);
+  return 0;
+}
+
+int runFork() {
+  testQueriesDoNotInitialise();
+  testForkBeforeInitIsUsable();
+  testForkAfterInitIsPoisoned();
+  std::printf("%d passed, 0 failed\n", g_passed);
+  return 0;
+}
+
+int runAll() {
+  // These two need a process in which nothing has initialised the runtime.
+  testQueriesDoNotInitialise();
+  testForkBeforeInitIsUsable();
+
+  // The suite allocates a few hundred KiB per device; the env mode covers
+  // tiny limits.
+  if (limitBytes() < (size_t(1) << 20)) {
+    std::fprintf(stderr, "runtime_test: needs MYDEV_MEMORY_LIMIT of at least 1M\n");
+    return 2;
+  }
+
+  testErrorText();
+  testDevices();
+  testCurrentDeviceIsPerThread();
+  testMallocAccounting();
+  testOutOfMemory();
+  testPinnedMemory();
+  testPointerAttributes();
+  testCopiesRoundTrip();
+  testCopyValidation();
+  testStreams();
+  testLaunch();
+  testEvents();
+  testManyThreads();
+  testForkAfterInitIsPoisoned();
+  for (int d = 0; d < deviceCount(); ++d) CHECK(freeBytes(d) == limitBytes());
+  std::printf("%d passed, 0 failed\n", g_passed);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "all";
+  if (mode == "all") return runAll();
+  if (mode == "env") return runEnv(argc, argv);
+  if (mode == "strict") return runStrict();
+  if (mode == "strict-fault") return runStrictFault();
+  if (mode == "strict-other-segv") return runStrictOtherSegv();
+  if (mode == "fork") return runFork();
+  std::fprintf(stderr, "unknown mode: %s\n", mode.c_str());
+  return 2;
+}
