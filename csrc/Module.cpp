@@ -8,6 +8,7 @@
 #include "core/Device.h"
 #include "core/Exception.h"
 #include "core/Generator.h"
+#include "core/Stream.h"
 #include "native/Fallback.h"
 
 namespace my_device {
@@ -18,12 +19,36 @@ void synchronize(c10::DeviceIndex device) {
   MYDEV_CHECK(mydevDeviceSynchronize());
 }
 
+// The flat "name.pool.metric" dictionary torch.cuda.memory_stats returns.
 py::dict memory_info(c10::DeviceIndex device) {
-  const DeviceMemoryStats stats = memory_stats(device);
+  const DeviceStats stats = memory_stats(device);
   py::dict d;
-  d["allocated_bytes"] = stats.allocated;
-  d["reserved_bytes"] = stats.reserved;
+  const std::pair<const char*, const c10::CachingAllocator::StatArray*> arrays[] = {
+      {"allocation", &stats.allocation},         {"segment", &stats.segment},
+      {"active", &stats.active},                 {"inactive_split", &stats.inactive_split},
+      {"allocated_bytes", &stats.allocated_bytes}, {"reserved_bytes", &stats.reserved_bytes},
+      {"active_bytes", &stats.active_bytes},     {"inactive_split_bytes", &stats.inactive_split_bytes},
+      {"requested_bytes", &stats.requested_bytes}};
+  const char* pools[] = {"all", "small_pool", "large_pool"};
+  for (const auto& [name, array] : arrays) {
+    for (size_t p = 0; p < 3; ++p) {
+      const auto& stat = (*array)[p];
+      const std::string prefix = std::string(name) + "." + pools[p] + ".";
+      d[py::str(prefix + "current")] = stat.current;
+      d[py::str(prefix + "peak")] = stat.peak;
+      d[py::str(prefix + "allocated")] = stat.allocated;
+      d[py::str(prefix + "freed")] = stat.freed;
+    }
+  }
+  d["num_alloc_retries"] = stats.num_alloc_retries;
+  d["num_ooms"] = stats.num_ooms;
+  d["num_device_alloc"] = stats.num_device_alloc;
+  d["num_device_free"] = stats.num_device_free;
   return d;
+}
+
+py::tuple stream_tuple(const c10::Stream& s) {
+  return py::make_tuple(s.id(), static_cast<int>(s.device_index()), static_cast<int>(s.device_type()));
 }
 
 std::pair<size_t, size_t> mem_get_info(c10::DeviceIndex device) {
@@ -77,6 +102,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_mem_get_info", [](int device) { return mem_get_info(static_cast<c10::DeviceIndex>(device)); });
   m.def("_memory_stats", [](int device) { return memory_info(static_cast<c10::DeviceIndex>(device)); });
   m.def("_empty_cache", &empty_cache);
+  m.def("_reset_peak_memory_stats", [](int device) { reset_peak_memory_stats(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_reset_accumulated_memory_stats",
+        [](int device) { reset_accumulated_memory_stats(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_set_memory_fraction", [](double fraction, int device) {
+    set_memory_fraction(fraction, static_cast<c10::DeviceIndex>(device));
+  });
+  m.def("_current_stream", [](int device) { return stream_tuple(current_stream(static_cast<c10::DeviceIndex>(device))); });
+  m.def("_default_stream", [](int device) { return stream_tuple(default_stream(static_cast<c10::DeviceIndex>(device))); });
+  m.def("_set_stream", [](int64_t id, int device) {
+    set_current_stream(c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, static_cast<c10::DeviceIndex>(device)), id));
+  });
+  m.def("_stream_priority_range", &stream_priority_range);
+  m.def("_stream_priority", [](int64_t id, int device) {
+    return stream_priority(c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, static_cast<c10::DeviceIndex>(device)), id));
+  });
   m.def("_strict_mode", [] { return mydevStrictMode() != 0; });
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(

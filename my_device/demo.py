@@ -1,8 +1,7 @@
 """python -m my_device.demo: train the same small model on mydev and on CPU.
 
-Both runs start from the same seed and see the same data, so their loss curves
-must be equal (dropout draws from each device's generator; seeded alike, they
-draw alike). The demo then lists which aten ops a training step ran natively on
+Both runs start from the same weights and see the same data, so their loss
+curves must be equal. The demo then lists which aten ops a training step ran natively on
 mydev and which went through the copying CPU fallback, and times a step on each
 device."""
 import argparse
@@ -24,7 +23,7 @@ class SmallNet(nn.Module):
             nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
         )
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(32 * 16, 64), nn.GELU(), nn.Dropout(0.1),
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(32 * 16, 64), nn.GELU(),
                                   nn.Linear(64, classes))
 
     def forward(self, x):

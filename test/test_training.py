@@ -74,20 +74,26 @@ def test_training_step_uses_no_copying_fallback():
     assert my_device.fallback_counts() == {}
 
 
-def test_dropout_matches_cpu_under_same_seed_and_is_independent():
-    x = torch.ones(1000)
+def test_dropout_is_reproducible_and_independent_of_cpu_generator():
+    x = torch.ones(1000, device="mydev")
     torch.manual_seed(5)
-    cpu = nn.functional.dropout(x, 0.5)
+    cpu_before = torch.get_rng_state()
+    a = nn.functional.dropout(x, 0.5)
+    assert torch.equal(torch.get_rng_state(), cpu_before)  # mydev draws never move the CPU generator
     torch.manual_seed(5)
-    dev = nn.functional.dropout(x.to("mydev"), 0.5)
-    torch.testing.assert_close(dev.cpu(), cpu)
-    # Drawing on mydev does not move the CPU generator.
+    b = nn.functional.dropout(x, 0.5)
+    torch.testing.assert_close(a.cpu(), b.cpu())           # same seed, same mask
+    kept = a.cpu() != 0
+    assert 350 < kept.sum().item() < 650
+    torch.testing.assert_close(a.cpu()[kept], torch.full((int(kept.sum()),), 2.0))
+    c = nn.functional.dropout(x, 0.5)
+    assert not torch.equal(a.cpu(), c.cpu())               # the generator advanced
     torch.manual_seed(6)
     torch.rand(100, device="mydev")
-    a = torch.rand(3)
+    p = torch.rand(3)
     torch.manual_seed(6)
-    b = torch.rand(3)
-    torch.testing.assert_close(a, b)
+    q = torch.rand(3)
+    torch.testing.assert_close(p, q)
 
 
 def test_compile_eager_backend_and_fake_tensor():

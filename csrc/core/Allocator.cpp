@@ -1,33 +1,59 @@
+// The device caching allocator, modelled on CUDA's: memory comes from the
+// runtime in segments, is split into blocks, and freed blocks stay cached per
+// (device, stream) so later allocations reuse them without a runtime call.
+// Freed neighbours merge back; empty_cache returns whole free segments.
 #include "Allocator.h"
 
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 #include <c10/util/irange.h>
 
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <unordered_map>
 #include <vector>
 
 #include "Device.h"
 #include "Exception.h"
+#include "Stream.h"
 
 namespace my_device {
 
 namespace {
 
-// A runtime allocation. Blocks are never split or merged yet: each lives in a
-// per-size free list once its tensor dies, so a training loop that allocates
-// the same shapes every step stops calling the runtime after the first step.
+using c10::CachingAllocator::StatType;
+
+constexpr size_t kMinBlock = 512;            // every block is a multiple of this
+constexpr size_t kSmallSize = 1u << 20;      // requests up to 1 MiB use the small pool...
+constexpr size_t kSmallSegment = 2u << 20;   // ...carved from 2 MiB segments
+constexpr size_t kLargeRound = 2u << 20;     // large segments are whole multiples of 2 MiB
+
 struct Block {
-  void* ptr;
-  size_t size;
   c10::DeviceIndex device;
+  mydevStream_t stream;  // the stream it was allocated for: it is reused only there
+  size_t size;
+  void* ptr;
+  bool small;
+  bool allocated = false;
+  size_t requested = 0;
+  Block* prev = nullptr;  // neighbours inside the same segment
+  Block* next = nullptr;
+  std::vector<mydevStream_t> used_on;  // other streams (record_stream)
 };
 
-// Small sizes round to 512 bytes, large ones to 2 MiB, bounding how many
-// distinct free lists a workload creates and the waste per block.
+struct BlockOrder {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return a->ptr < b->ptr;
+  }
+};
+using Pool = std::set<Block*, BlockOrder>;
+
 size_t round_size(size_t n) {
-  constexpr size_t kSmall = 512, kLarge = 2u << 20, kSmallLimit = 1u << 20;
-  return n <= kSmallLimit ? (n + kSmall - 1) / kSmall * kSmall : (n + kLarge - 1) / kLarge * kLarge;
+  return n < kMinBlock ? kMinBlock : (n + kMinBlock - 1) / kMinBlock * kMinBlock;
 }
 
 std::string format_bytes(size_t bytes) {
@@ -44,89 +70,250 @@ std::string format_bytes(size_t bytes) {
   return os.str();
 }
 
+void update(c10::CachingAllocator::StatArray& stat, bool small, int64_t delta) {
+  for (auto type : {StatType::AGGREGATE, small ? StatType::SMALL_POOL : StatType::LARGE_POOL}) {
+    auto& s = stat[static_cast<size_t>(type)];
+    if (delta >= 0) {
+      s.increase(static_cast<size_t>(delta));
+    } else {
+      s.decrease(static_cast<size_t>(-delta));
+    }
+  }
+}
+
 class DeviceCache {
  public:
-  Block* allocate(c10::DeviceIndex device, size_t nbytes) {
+  explicit DeviceCache(c10::DeviceIndex device) : device_(device) {}
+
+  Block* allocate(size_t nbytes, mydevStream_t stream) {
     const size_t size = round_size(nbytes);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = free_.find(size);
-      if (it != free_.end() && !it->second.empty()) {
-        Block* block = it->second.back();
-        it->second.pop_back();
-        stats_.allocated += size;
-        return block;
-      }
-    }
-    RuntimeDeviceGuard on_device(device);
-    void* ptr = nullptr;
-    mydevError_t err = mydevMalloc(&ptr, size);
-    if (err == mydevErrorMemoryAllocation) {
-      release_cached();
-      err = mydevMalloc(&ptr, size);
-    }
-    if (err == mydevErrorMemoryAllocation) {
-      raise_oom(device, size);
-    }
-    MYDEV_CHECK(err);
+    const bool small = size <= kSmallSize;
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.allocated += size;
-    stats_.reserved += size;
-    return new Block{ptr, size, device};
+    process_events();
+    Pool& pool = small ? small_ : large_;
+    Block key{device_, stream, size, nullptr, small};
+    auto it = pool.lower_bound(&key);
+    Block* block = nullptr;
+    if (it != pool.end() && (*it)->stream == stream) {
+      block = *it;
+      pool.erase(it);
+    } else {
+      block = new_segment(small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound, small,
+                          stream, nbytes);
+    }
+    const size_t remaining = block->size - size;
+    if (remaining >= (small ? kMinBlock : kSmallSize + 1)) {
+      auto* rest = new Block{device_, stream, remaining, static_cast<char*>(block->ptr) + size, small};
+      rest->prev = block;
+      rest->next = block->next;
+      if (block->next) block->next->prev = rest;
+      block->next = rest;
+      block->size = size;
+      pool.insert(rest);
+    }
+    block->allocated = true;
+    block->requested = nbytes;
+    update(stats_.allocation, small, 1);
+    update(stats_.allocated_bytes, small, static_cast<int64_t>(block->size));
+    update(stats_.active, small, 1);
+    update(stats_.active_bytes, small, static_cast<int64_t>(block->size));
+    update(stats_.requested_bytes, small, static_cast<int64_t>(nbytes));
+    return block;
   }
 
   void free(Block* block) {
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.allocated -= block->size;
-    free_[block->size].push_back(block);
-  }
-
-  void release_cached() {
-    std::vector<Block*> blocks;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (auto& entry : free_) {
-        blocks.insert(blocks.end(), entry.second.begin(), entry.second.end());
-        for (Block* b : entry.second) stats_.reserved -= b->size;
+    update(stats_.allocation, block->small, -1);
+    update(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
+    update(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
+    if (!block->used_on.empty()) {
+      // Still in use by work queued on other streams: reuse only after it ran.
+      std::vector<mydevEvent_t> events;
+      for (mydevStream_t s : block->used_on) {
+        mydevEvent_t e = nullptr;
+        if (mydevEventCreateWithFlags(&e, mydevEventDisableTiming) == mydevSuccess &&
+            mydevEventRecord(e, s) == mydevSuccess) {
+          events.push_back(e);
+        }
       }
-      free_.clear();
+      block->used_on.clear();
+      pending_.push_back({block, std::move(events)});
+      return;
     }
-    for (Block* b : blocks) {
-      mydevFree(b->ptr);  // cannot fail for a live allocation; in a forked child it is a no-op
-      delete b;
-    }
+    release_block(block);
   }
 
-  DeviceMemoryStats stats() {
+  void record_stream(Block* block, mydevStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stream == block->stream) return;
+    for (mydevStream_t s : block->used_on) {
+      if (s == stream) return;
+    }
+    block->used_on.push_back(stream);
+  }
+
+  // Frees every cached segment that is entirely unused. Returns bytes released.
+  size_t release_cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return release_cached_locked();
+  }
+
+  DeviceStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
   }
 
- private:
-  [[noreturn]] void raise_oom(c10::DeviceIndex device, size_t size) {
-    size_t free_bytes = 0, total = 0;
-    mydevMemGetInfo(&free_bytes, &total);
-    DeviceMemoryStats s = stats();
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "mydev out of memory. Tried to allocate ",
-        format_bytes(size), ". mydev:", static_cast<int>(device), " has a total capacity of ",
-        format_bytes(total), " of which ", format_bytes(free_bytes), " is free. Of the allocated memory ",
-        format_bytes(s.allocated), " is allocated by PyTorch, and ",
-        format_bytes(s.reserved - s.allocated), " is reserved by PyTorch but unallocated. "
-        "(MYDEV_MEMORY_LIMIT sets the capacity.)");
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* arr : stat_arrays()) {
+      for (auto& s : *arr) s.reset_peak();
+    }
   }
 
+  void reset_accumulated() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* arr : stat_arrays()) {
+      for (auto& s : *arr) s.reset_accumulated();
+    }
+    stats_.num_alloc_retries = 0;
+    stats_.num_ooms = 0;
+    stats_.num_device_alloc = 0;
+    stats_.num_device_free = 0;
+  }
+
+  void set_fraction(double fraction) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fraction_ = fraction;
+  }
+
+ private:
+  std::vector<c10::CachingAllocator::StatArray*> stat_arrays() {
+    return {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
+            &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
+            &stats_.inactive_split_bytes, &stats_.requested_bytes};
+  }
+
+  size_t capacity() {
+    mydevDeviceProp prop{};
+    MYDEV_CHECK(mydevGetDeviceProperties(&prop, device_));
+    return prop.totalGlobalMem;
+  }
+
+  Block* new_segment(size_t size, bool small, mydevStream_t stream, size_t requested) {
+    const size_t cap = capacity();
+    const size_t allowed = static_cast<size_t>(fraction_ * static_cast<double>(cap));
+    auto reserved = [&] { return static_cast<size_t>(stats_.reserved_bytes[0].current); };
+    void* ptr = nullptr;
+    mydevError_t err = mydevErrorMemoryAllocation;
+    if (reserved() + size <= allowed) {
+      RuntimeDeviceGuard on_device(device_);
+      err = mydevMalloc(&ptr, size);
+    }
+    if (err == mydevErrorMemoryAllocation) {
+      // Out of memory with blocks cached: give them back and try once more.
+      ++stats_.num_alloc_retries;
+      release_cached_locked();
+      if (reserved() + size <= allowed) {
+        RuntimeDeviceGuard on_device(device_);
+        err = mydevMalloc(&ptr, size);
+      }
+    }
+    if (err == mydevErrorMemoryAllocation) {
+      ++stats_.num_ooms;
+      size_t free_bytes = 0, total = 0;
+      {
+        RuntimeDeviceGuard on_device(device_);
+        mydevMemGetInfo(&free_bytes, &total);
+      }
+      const size_t allocated = static_cast<size_t>(stats_.allocated_bytes[0].current);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "mydev out of memory. Tried to allocate ",
+          format_bytes(requested), ". mydev:", static_cast<int>(device_), " has a total capacity of ",
+          format_bytes(total), " of which ", format_bytes(free_bytes), " is free. Of the allocated memory ",
+          format_bytes(allocated), " is allocated by PyTorch, and ", format_bytes(reserved() - allocated),
+          " is reserved by PyTorch but unallocated.",
+          fraction_ < 1.0 ? " This process may reserve at most " + format_bytes(allowed) +
+                                " (set_per_process_memory_fraction)."
+                          : std::string(),
+          " (MYDEV_MEMORY_LIMIT sets the capacity.)");
+    }
+    MYDEV_CHECK(err);
+    ++stats_.num_device_alloc;
+    update(stats_.segment, small, 1);
+    update(stats_.reserved_bytes, small, static_cast<int64_t>(size));
+    return new Block{device_, stream, size, ptr, small};
+  }
+
+  void release_block(Block* block) {
+    block->allocated = false;
+    update(stats_.active, block->small, -1);
+    update(stats_.active_bytes, block->small, -static_cast<int64_t>(block->size));
+    Pool& pool = block->small ? small_ : large_;
+    for (Block* neighbour : {block->prev, block->next}) {
+      if (neighbour == nullptr || neighbour->allocated || pool.count(neighbour) == 0) continue;
+      pool.erase(neighbour);
+      Block* first = neighbour == block->prev ? neighbour : block;
+      Block* second = neighbour == block->prev ? block : neighbour;
+      first->size += second->size;
+      first->next = second->next;
+      if (second->next) second->next->prev = first;
+      delete second;
+      block = first;
+    }
+    pool.insert(block);
+  }
+
+  void process_events() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      bool done = true;
+      for (mydevEvent_t e : it->second) {
+        if (mydevEventQuery(e) == mydevErrorNotReady) done = false;
+      }
+      if (!done) {
+        ++it;
+        continue;
+      }
+      for (mydevEvent_t e : it->second) mydevEventDestroy(e);
+      release_block(it->first);
+      it = pending_.erase(it);
+    }
+  }
+
+  size_t release_cached_locked() {
+    process_events();
+    size_t released = 0;
+    for (Pool* pool : {&small_, &large_}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* b = *it;
+        if (b->prev != nullptr || b->next != nullptr) {
+          ++it;
+          continue;
+        }
+        it = pool->erase(it);
+        mydevFree(b->ptr);  // a live allocation cannot fail to free; a forked child ignores it
+        ++stats_.num_device_free;
+        update(stats_.segment, b->small, -1);
+        update(stats_.reserved_bytes, b->small, -static_cast<int64_t>(b->size));
+        released += b->size;
+        delete b;
+      }
+    }
+    return released;
+  }
+
+  const c10::DeviceIndex device_;
   std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<Block*>> free_;
-  DeviceMemoryStats stats_;
+  Pool small_, large_;
+  std::vector<std::pair<Block*, std::vector<mydevEvent_t>>> pending_;
+  DeviceStats stats_;
+  double fraction_ = 1.0;
 };
 
 DeviceCache& cache_for(c10::DeviceIndex device) {
-  // Sized once: device count never changes within a process.
+  // Sized once: the device count never changes within a process.
   static std::vector<std::unique_ptr<DeviceCache>> caches = [] {
     std::vector<std::unique_ptr<DeviceCache>> v;
     for (auto i : c10::irange(device_count())) {
-      (void)i;
-      v.emplace_back(std::make_unique<DeviceCache>());
+      v.emplace_back(std::make_unique<DeviceCache>(static_cast<c10::DeviceIndex>(i)));
     }
     return v;
   }();
@@ -140,6 +327,12 @@ DeviceCache& cache_for(c10::DeviceIndex device) {
 std::mutex g_live_mutex;
 std::unordered_map<void*, Block*> g_live;
 
+Block* live_block(void* ptr) {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  auto it = g_live.find(ptr);
+  return it == g_live.end() ? nullptr : it->second;
+}
+
 void free_block(void* ptr) {
   Block* block = nullptr;
   {
@@ -152,22 +345,44 @@ void free_block(void* ptr) {
   cache_for(block->device).free(block);
 }
 
-class DeviceAllocator final : public c10::Allocator {
+class CachingAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     return allocate_on(current_device(), nbytes);
   }
-
   c10::DeleterFnPtr raw_deleter() const override {
     return &free_block;
   }
-
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     MYDEV_CHECK(mydevMemcpy(dest, src, count, mydevMemcpyDeviceToDevice));
   }
+  bool initialized() override {
+    return mydevIsInitialized() != 0;
+  }
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    empty_cache();
+  }
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    record_stream(ptr, stream);
+  }
+  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    return memory_stats(device);
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    reset_accumulated_memory_stats(device);
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    reset_peak_memory_stats(device);
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    RuntimeDeviceGuard on_device(device);
+    size_t free_bytes = 0, total = 0;
+    MYDEV_CHECK(mydevMemGetInfo(&free_bytes, &total));
+    return {free_bytes, total};
+  }
 };
 
-DeviceAllocator g_device_allocator;
+CachingAllocator g_device_allocator;
 
 void free_pinned(void* ptr) {
   mydevFreeHost(ptr);
@@ -182,11 +397,9 @@ class PinnedAllocator final : public c10::Allocator {
     }
     return {ptr, ptr, &free_pinned, c10::Device(c10::DeviceType::CPU)};
   }
-
   c10::DeleterFnPtr raw_deleter() const override {
     return &free_pinned;
   }
-
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
@@ -201,7 +414,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   if (nbytes == 0) {
     return {nullptr, where};
   }
-  Block* block = cache_for(device).allocate(device, nbytes);
+  Block* block = cache_for(device).allocate(nbytes, current_stream_handle(device));
   {
     std::lock_guard<std::mutex> lock(g_live_mutex);
     g_live.emplace(block->ptr, block);
@@ -209,7 +422,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   return {block->ptr, block->ptr, &free_block, where};
 }
 
-c10::Allocator* device_allocator() {
+c10::DeviceAllocator* device_allocator() {
   return &g_device_allocator;
 }
 
@@ -218,22 +431,41 @@ bool is_device_data_ptr(const c10::DataPtr& data_ptr) {
 }
 
 bool is_device_pointer(void* ptr) {
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  return g_live.count(ptr) != 0;
+  return live_block(ptr) != nullptr;
 }
 
 void free_device_pointer(void* ptr) {
   free_block(ptr);
 }
 
-DeviceMemoryStats memory_stats(c10::DeviceIndex device) {
+DeviceStats memory_stats(c10::DeviceIndex device) {
   return cache_for(device).stats();
+}
+
+void reset_peak_memory_stats(c10::DeviceIndex device) {
+  cache_for(device).reset_peak();
+}
+
+void reset_accumulated_memory_stats(c10::DeviceIndex device) {
+  cache_for(device).reset_accumulated();
 }
 
 void empty_cache() {
   for (auto i : c10::irange(device_count())) {
-    cache_for(i).release_cached();
+    cache_for(static_cast<c10::DeviceIndex>(i)).release_cached();
   }
+}
+
+void set_memory_fraction(double fraction, c10::DeviceIndex device) {
+  TORCH_CHECK(fraction >= 0 && fraction <= 1, "invalid fraction: ", fraction, ". Please set within [0, 1].");
+  cache_for(device).set_fraction(fraction);
+}
+
+void record_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream) {
+  if (data_ptr.get() == nullptr) return;
+  Block* block = live_block(data_ptr.get());
+  TORCH_CHECK(block != nullptr, "record_stream: the tensor's memory does not come from the mydev allocator");
+  cache_for(block->device).record_stream(block, stream_handle(stream));
 }
 
 c10::Allocator* pinned_allocator() {
@@ -241,5 +473,15 @@ c10::Allocator* pinned_allocator() {
 }
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator);
+
+namespace {
+void record_stream_kernel(at::Tensor& self, c10::Stream stream) {
+  record_stream(self.storage().data_ptr(), stream);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("record_stream", TORCH_FN(record_stream_kernel));
+}
+} // namespace
 
 } // namespace my_device

@@ -1,26 +1,33 @@
 #pragma once
-#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
+#include <c10/core/Stream.h>
 
 namespace my_device {
 
-struct DeviceMemoryStats {
-  size_t allocated = 0;  // bytes handed out to tensors, by rounded block size
-  size_t reserved = 0;   // bytes obtained from the runtime (allocated + cached)
-};
+using c10::CachingDeviceAllocator::DeviceStats;
 
-// The device allocator: every mydev storage gets its bytes here.
-c10::Allocator* device_allocator();
-// True if `data_ptr` came from device_allocator() (whatever its Device says).
+// The device allocator: every mydev storage gets its bytes here. It is a
+// c10::DeviceAllocator, so torch.accelerator's memory functions reach it.
+c10::DeviceAllocator* device_allocator();
+// True if `data_ptr` came from the device allocator (whatever its Device says).
 bool is_device_data_ptr(const c10::DataPtr& data_ptr);
-// Allocates on an explicit device rather than the current one.
 // For raw (pointer-only) frees: whether `ptr` is a live device allocation, and freeing it.
 bool is_device_pointer(void* ptr);
 void free_device_pointer(void* ptr);
+// Allocates on an explicit device (for its current stream) rather than the current device.
 c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes);
-DeviceMemoryStats memory_stats(c10::DeviceIndex device);
-// Returns every cached, unused block of every device to the runtime.
+
+DeviceStats memory_stats(c10::DeviceIndex device);
+void reset_peak_memory_stats(c10::DeviceIndex device);
+void reset_accumulated_memory_stats(c10::DeviceIndex device);
+// Returns every cached, unused segment of every device to the runtime.
 void empty_cache();
+// Caps what the allocator may reserve on `device` at fraction * capacity.
+void set_memory_fraction(double fraction, c10::DeviceIndex device);
+// The block behind `data_ptr` is in use on `stream` too: it is not reused
+// until work queued there so far has finished (Tensor.record_stream).
+void record_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream);
 
 // Pinned (page-locked) host memory for fast and asynchronous transfers.
 c10::Allocator* pinned_allocator();

@@ -6,9 +6,10 @@ namespace my_device {
 // The default generator of a mydev device.
 const at::Generator& default_generator(c10::DeviceIndex device);
 at::Generator make_generator(c10::DeviceIndex device);
-// The CPU engine a mydev generator draws from. Random kernels run PyTorch's CPU
-// random kernels on device memory and are handed this engine, so the same seed
-// gives the same numbers as on CPU while the two generators stay independent.
-at::Generator engine_of(const at::Generator& mydev_generator);
+// A CPU generator for one random kernel, derived from the mydev generator's
+// (seed, offset), whose offset it advances. Random kernels run PyTorch's CPU
+// random kernels on device memory with it, so results are reproducible per
+// seed and offset and independent of the CPU generator.
+at::Generator next_engine(const at::Generator& mydev_generator);
 
 } // namespace my_device

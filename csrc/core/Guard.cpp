@@ -1,9 +1,10 @@
 // The DeviceGuardImplInterface for mydev: what c10::DeviceGuard, torch.Stream,
-// torch.Event and torch.accelerator call. Only the default stream exists so far.
+// torch.Event and torch.accelerator call.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
 #include "Device.h"
+#include "Allocator.h"
 #include "Exception.h"
 #include "Stream.h"
 
@@ -12,7 +13,8 @@ namespace {
 
 mydevEvent_t create_event(c10::EventFlag flag) {
   mydevEvent_t event = nullptr;
-  const unsigned flags = flag == c10::EventFlag::BACKEND_DEFAULT ? mydevEventDisableTiming : mydevEventDefault;
+  // PYTORCH_DEFAULT is torch.Event(enable_timing=False); BACKEND_DEFAULT enables timing.
+  const unsigned flags = flag == c10::EventFlag::BACKEND_DEFAULT ? mydevEventDefault : mydevEventDisableTiming;
   MYDEV_CHECK(mydevEventCreateWithFlags(&event, flags));
   return event;
 }
@@ -45,15 +47,29 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::Stream getStream(c10::Device device) const override {
-    return c10::Stream(c10::Stream::DEFAULT, device);
+    return current_stream(device.index());
   }
 
   c10::Stream getDefaultStream(c10::Device device) const override {
-    return c10::Stream(c10::Stream::DEFAULT, device);
+    return default_stream(device.index());
+  }
+
+  c10::Stream getStreamFromGlobalPool(c10::Device device, bool is_high_priority) const override {
+    return stream_from_pool(device.index(), is_high_priority ? stream_priority_range().second : 0);
+  }
+
+  c10::Stream getNewStream(c10::Device device, int priority) const override {
+    return stream_from_pool(device.index(), priority);
   }
 
   c10::Stream exchangeStream(c10::Stream stream) const override {
-    return c10::Stream(c10::Stream::DEFAULT, stream.device());
+    const c10::Stream previous = current_stream(stream.device_index());
+    set_current_stream(stream);
+    return previous;
+  }
+
+  void* getStreamNativeHandle(const c10::Stream stream) const override {
+    return stream_handle(stream);
   }
 
   c10::DeviceIndex deviceCount() const noexcept override {
@@ -70,15 +86,13 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (*event == nullptr) {
       *event = create_event(flag);
     }
-    MYDEV_CHECK(mydevEventRecord(static_cast<mydevEvent_t>(*event),
-                                 current_stream_handle(stream.device_index())));
+    MYDEV_CHECK(mydevEventRecord(static_cast<mydevEvent_t>(*event), stream_handle(stream)));
   }
 
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;
     RuntimeDeviceGuard on_device(stream.device_index());
-    MYDEV_CHECK(mydevStreamWaitEvent(current_stream_handle(stream.device_index()),
-                                     static_cast<mydevEvent_t>(event)));
+    MYDEV_CHECK(mydevStreamWaitEvent(stream_handle(stream), static_cast<mydevEvent_t>(event)));
   }
 
   bool queryEvent(void* event) const override {
@@ -111,7 +125,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   bool queryStream(const c10::Stream& stream) const override {
     RuntimeDeviceGuard on_device(stream.device_index());
-    const mydevError_t err = mydevStreamQuery(current_stream_handle(stream.device_index()));
+    const mydevError_t err = mydevStreamQuery(stream_handle(stream));
     if (err == mydevErrorNotReady) return false;
     MYDEV_CHECK(err);
     return true;
@@ -119,7 +133,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeStream(const c10::Stream& stream) const override {
     RuntimeDeviceGuard on_device(stream.device_index());
-    MYDEV_CHECK(mydevStreamSynchronize(current_stream_handle(stream.device_index())));
+    MYDEV_CHECK(mydevStreamSynchronize(stream_handle(stream)));
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
@@ -127,9 +141,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     MYDEV_CHECK(mydevDeviceSynchronize());
   }
 
-  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {
-    // One stream per device: a block can never be reused while another stream
-    // still reads it, so there is nothing to record yet.
+  void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {
+    record_stream(data_ptr, stream);
   }
 };
 

@@ -285,9 +285,9 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       } else if (v.isDevice() && v.toDevice().type() == kMyDev) {
         v = c10::Device(kCPU);
       } else if (v.isGenerator() && v.toGenerator().device().type() == kMyDev) {
-        v = engine_of(v.toGenerator());
+        v = next_engine(v.toGenerator());
       } else if (v.isNone() && is_optional_generator(schema.arguments()[i - first])) {
-        v = engine_of(default_generator(device));
+        v = next_engine(default_generator(device));
       }
     }
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);

@@ -59,8 +59,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Filling and creation.
   register_host_kernels(m, {"fill", "zero", "arange", "linspace", "logspace", "eye", "tril_indices",
                             "triu_indices", "randperm"});
-  // Random sampling and dropout (drawn from the mydev generator's engine).
-  register_host_kernels(m, {"bernoulli", "native_dropout", "native_dropout_backward", "uniform", "normal",
+  // Random sampling (drawn from the mydev generator; native_dropout is in Random.cpp).
+  register_host_kernels(m, {"bernoulli", "native_dropout_backward", "uniform", "normal",
                             "random", "exponential", "geometric", "cauchy", "log_normal", "multinomial"});
   // Normalisation.
   register_host_kernels(m, {"native_layer_norm", "native_layer_norm_backward", "native_batch_norm",

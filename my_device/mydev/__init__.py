@@ -149,3 +149,4 @@ def get_amp_supported_dtype():
 
 from .memory import *  # noqa: E402,F401,F403
 from .random import *  # noqa: E402,F401,F403
+from .streams import *  # noqa: E402,F401,F403

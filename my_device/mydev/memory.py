@@ -1,9 +1,18 @@
-"""Device memory: allocator statistics and cache control, mirroring torch.cuda.memory."""
-from typing import Optional
+"""Device memory: the caching allocator's statistics and controls, mirroring torch.cuda.memory.
+
+Sizes are block sizes: requests are rounded up to multiples of 512 bytes, and
+the allocator reserves memory from the runtime in segments (2 MiB for requests
+up to 1 MiB, which several small blocks share; whole multiples of 2 MiB above)."""
+import collections
+from typing import Any, Dict
 
 from .. import _C
 
-__all__ = ["memory_allocated", "memory_reserved", "empty_cache", "mem_get_info"]
+__all__ = [
+    "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "reset_peak_memory_stats", "reset_accumulated_memory_stats", "memory_summary", "empty_cache",
+    "mem_get_info", "set_per_process_memory_fraction",
+]
 
 
 def _index(device) -> int:
@@ -13,14 +22,37 @@ def _index(device) -> int:
     return _get_device_index(device, optional=True)
 
 
+def memory_stats(device=None) -> Dict[str, Any]:
+    """The allocator's statistics for a device, keyed as torch.cuda.memory_stats():
+    "<stat>.<all|small_pool|large_pool>.<current|peak|allocated|freed>" plus counters."""
+    return collections.OrderedDict(sorted(_C._memory_stats(_index(device)).items()))
+
+
 def memory_allocated(device=None) -> int:
-    """Bytes occupied by live tensors on the device (block-rounded sizes)."""
-    return _C._memory_stats(_index(device))["allocated_bytes"]
+    """Bytes occupied by live tensors on the device."""
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device=None) -> int:
+    """The peak of memory_allocated() since the start or the last reset_peak_memory_stats()."""
+    return memory_stats(device)["allocated_bytes.all.peak"]
 
 
 def memory_reserved(device=None) -> int:
     """Bytes the caching allocator holds from the runtime: allocated plus cached."""
-    return _C._memory_stats(_index(device))["reserved_bytes"]
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None) -> int:
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    _C._reset_peak_memory_stats(_index(device))
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    _C._reset_accumulated_memory_stats(_index(device))
 
 
 def empty_cache() -> None:
@@ -31,3 +63,45 @@ def empty_cache() -> None:
 def mem_get_info(device=None):
     """(free, total) bytes of the device, as the runtime reports them."""
     return _C._mem_get_info(_index(device))
+
+
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """Caps what this process's allocator may reserve on the device at fraction * capacity.
+    Allocating beyond it raises torch.OutOfMemoryError, as on CUDA."""
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    _C._set_memory_fraction(fraction, _index(device))
+
+
+def _fmt(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A human-readable table of the allocator's statistics for a device."""
+    index = _index(device)
+    stats = memory_stats(index)
+    rows = [("Allocated memory", "allocated_bytes", True), ("Active memory", "active_bytes", True),
+            ("Requested memory", "requested_bytes", True), ("Reserved memory", "reserved_bytes", True),
+            ("Allocations", "allocation", False), ("Active allocs", "active", False),
+            ("Reserved segments", "segment", False)]
+    pools = ("all",) if abbreviated else ("all", "large_pool", "small_pool")
+    line = "|" + "=" * 77 + "|"
+    out = [line, f"|{'mydev memory summary, device ID ' + str(index):^77}|", line,
+           f"| {'Metric':<25} | {'Cur Usage':>10} | {'Peak Usage':>10} | {'Tot Alloc':>10} | {'Tot Freed':>10} |",
+           line]
+    for title, key, is_bytes in rows:
+        for pool in pools:
+            label = title if pool == "all" else f"  from {pool.replace('_', ' ')}"
+            vals = [stats[f"{key}.{pool}.{m}"] for m in ("current", "peak", "allocated", "freed")]
+            cells = [(_fmt(v) if is_bytes else str(v)) for v in vals]
+            out.append(f"| {label:<25} | " + " | ".join(f"{c:>10}" for c in cells) + " |")
+        out.append("|" + "-" * 77 + "|")
+    out.append(f"| {'Allocation retries: ' + str(stats['num_alloc_retries']):<37}"
+               f"{'OOMs: ' + str(stats['num_ooms']):<40}|")
+    out.append(line)
+    return "\n".join(out) + "\n"

@@ -1,0 +1,111 @@
+#include "Stream.h"
+
+#include <array>
+#include <deque>
+#include <mutex>
+
+#include "Device.h"
+#include "Exception.h"
+
+namespace my_device {
+namespace {
+
+struct StreamRecord {
+  mydevStream_t handle;
+  c10::DeviceIndex device;
+  int priority;
+};
+
+constexpr int kPoolSize = 8;      // streams per device and priority, as CUDA's pools (of 32)
+constexpr int kMaxDevices = 64;   // the runtime's limit
+
+std::mutex g_mutex;
+std::deque<StreamRecord> g_streams;  // id n > 0 is g_streams[n - 1]; deque keeps addresses stable
+
+struct Pool {
+  std::array<c10::StreamId, kPoolSize> ids{};
+  unsigned next = 0;
+};
+// [device][priority index], priority index 0 = least (0), 1 = greatest (-1)
+std::array<std::array<Pool, 2>, kMaxDevices> g_pools;
+
+thread_local std::array<const StreamRecord*, kMaxDevices> tls_current{};  // nullptr: default stream
+
+const StreamRecord* record_of(const c10::Stream& stream) {
+  if (stream.id() == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  TORCH_CHECK(stream.id() > 0 && static_cast<size_t>(stream.id()) <= g_streams.size(),
+              "Invalid mydev stream id ", stream.id());
+  const StreamRecord* r = &g_streams[stream.id() - 1];
+  TORCH_CHECK(r->device == stream.device_index(), "mydev stream ", stream.id(), " belongs to mydev:",
+              static_cast<int>(r->device), ", not ", stream.device());
+  return r;
+}
+
+c10::StreamId id_of(const StreamRecord* r) {
+  if (r == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (size_t i = 0; i < g_streams.size(); ++i) {
+    if (&g_streams[i] == r) return static_cast<c10::StreamId>(i + 1);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unregistered mydev stream");
+}
+
+} // namespace
+
+std::pair<int, int> stream_priority_range() {
+  int least = 0, greatest = 0;
+  MYDEV_CHECK(mydevDeviceGetStreamPriorityRange(&least, &greatest));
+  return {least, greatest};
+}
+
+c10::Stream default_stream(c10::DeviceIndex device) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, device), 0);
+}
+
+c10::Stream current_stream(c10::DeviceIndex device) {
+  if (device < 0) device = current_device();
+  check_device_index(device);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, device), id_of(tls_current[device]));
+}
+
+void set_current_stream(const c10::Stream& stream) {
+  TORCH_CHECK(stream.device_type() == kMyDev, "expected a mydev stream, got ", stream);
+  check_device_index(stream.device_index());
+  tls_current[stream.device_index()] = record_of(stream);
+}
+
+c10::Stream stream_from_pool(c10::DeviceIndex device, int priority) {
+  if (device < 0) device = current_device();
+  check_device_index(device);
+  const auto [least, greatest] = stream_priority_range();
+  priority = std::min(least, std::max(greatest, priority));
+  Pool& pool = g_pools[device][priority == least ? 0 : 1];
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const unsigned slot = pool.next++ % kPoolSize;
+  if (pool.ids[slot] == 0) {
+    RuntimeDeviceGuard on_device(device);
+    mydevStream_t handle = nullptr;
+    MYDEV_CHECK(mydevStreamCreateWithPriority(&handle, priority));
+    g_streams.push_back({handle, device, priority});
+    pool.ids[slot] = static_cast<c10::StreamId>(g_streams.size());
+  }
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, device), pool.ids[slot]);
+}
+
+int stream_priority(const c10::Stream& stream) {
+  const StreamRecord* r = record_of(stream);
+  return r == nullptr ? 0 : r->priority;
+}
+
+mydevStream_t stream_handle(const c10::Stream& stream) {
+  const StreamRecord* r = record_of(stream);
+  return r == nullptr ? nullptr : r->handle;
+}
+
+mydevStream_t current_stream_handle(c10::DeviceIndex device) {
+  const StreamRecord* r = tls_current[device];
+  return r == nullptr ? nullptr : r->handle;
+}
+
+} // namespace my_device

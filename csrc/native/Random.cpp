@@ -1,0 +1,39 @@
+// Random kernels that cannot go through the generic host kernel. The host
+// kernel hands the mydev generator to ops with a Generator argument; ops
+// without one (native_dropout) would draw from the CPU default generator inside
+// their CPU kernel, coupling the two devices' random streams.
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/library.h>
+
+#include "HostKernel.h"
+#include "core/Generator.h"
+
+namespace my_device {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
+  if (input.numel() == 0 || !train.value_or(true) || p == 0) {
+    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  }
+  if (p == 1) {
+    return {at::zeros_like(input), at::zeros_like(input, input.options().dtype(at::kBool))};
+  }
+  const c10::DeviceIndex device = input.device().index();
+  at::Generator engine = next_engine(default_generator(device));
+  return run_on_host(device, [&](HostCall& call) {
+    const at::Tensor x = call.to_host(input);
+    at::Tensor keep = at::empty_like(x).bernoulli_(1 - p, engine);
+    at::Tensor output = x.mul(keep).mul_(1.0 / (1.0 - p));
+    return std::make_tuple(call.to_device(output), call.to_device(keep.to(at::kBool)));
+  });
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("native_dropout", TORCH_FN(native_dropout));
+}
+
+} // namespace
+} // namespace my_device
