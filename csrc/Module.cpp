@@ -114,6 +114,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     set_current_stream(c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, static_cast<c10::DeviceIndex>(device)), id));
   });
   m.def("_stream_priority_range", &stream_priority_range);
+  m.def("_event_elapsed_time", [](int64_t start, int64_t end) {
+    TORCH_CHECK(start != 0 && end != 0, "Both events must be recorded before calculating elapsed time.");
+    float ms = 0;
+    const mydevError_t err = mydevEventElapsedTime(&ms, reinterpret_cast<mydevEvent_t>(start),
+                                                   reinterpret_cast<mydevEvent_t>(end));
+    TORCH_CHECK_VALUE(err != mydevErrorTimingDisabled,
+                      "Both events must be created with argument 'enable_timing=True'.");
+    MYDEV_CHECK(err);
+    return ms;
+  });
   m.def("_stream_priority", [](int64_t id, int device) {
     return stream_priority(c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, static_cast<c10::DeviceIndex>(device)), id));
   });

@@ -1,0 +1,141 @@
+"""The caching allocator: exact statistics for known allocation patterns, reuse, splitting, limits."""
+import pytest
+import torch
+
+import my_device
+
+MiB = 1 << 20
+
+
+def test_exact_statistics_for_known_patterns(python_subprocess):
+    # A fresh process, so that nothing cached by other tests skews the counts.
+    r = python_subprocess("""
+        import torch, my_device
+        MiB = 1 << 20
+        m = torch.mydev
+        def state():
+            s = m.memory_stats()
+            return (s["allocated_bytes.all.current"], s["reserved_bytes.all.current"], s["num_device_alloc"],
+                    s["segment.all.current"])
+        assert state() == (0, 0, 0, 0), state()
+
+        a = torch.empty(4 * MiB, dtype=torch.uint8, device="mydev")
+        assert state() == (4 * MiB, 4 * MiB, 1, 1), state()
+        del a                                                     # freed to the cache, not the runtime
+        assert state() == (0, 4 * MiB, 1, 1), state()
+        b = torch.empty(4 * MiB, dtype=torch.uint8, device="mydev")
+        assert state() == (4 * MiB, 4 * MiB, 1, 1), state()      # reused: no new runtime allocation
+        c = torch.empty(2 * MiB, dtype=torch.uint8, device="mydev")
+        assert state() == (6 * MiB, 6 * MiB, 2, 2), state()
+        assert m.max_memory_allocated() == 6 * MiB and m.max_memory_reserved() == 6 * MiB
+        del b, c
+        assert m.memory_allocated() == 0 and m.max_memory_allocated() == 6 * MiB
+        m.reset_peak_memory_stats()
+        assert m.max_memory_allocated() == 0 and m.max_memory_reserved() == 6 * MiB
+        m.empty_cache()
+        assert state() == (0, 0, 2, 0), state()
+        assert m.memory_stats()["num_device_free"] == 2
+
+        # Small requests round to 512 bytes and share one 2 MiB segment.
+        x = torch.empty(100, device="mydev")                      # 400 bytes
+        y = torch.empty(200, device="mydev")                      # 800 bytes
+        assert state() == (512 + 1024, 2 * MiB, 3, 1), state()
+        assert m.memory_stats()["requested_bytes.all.current"] == 1200
+        assert m.memory_stats()["allocated_bytes.small_pool.current"] == 1536
+        del x, y
+        m.empty_cache()
+        assert state() == (0, 0, 3, 0), state()
+
+        # A cached 10 MiB segment is split to serve 4 MiB, then 6 MiB; freed, it merges back whole.
+        big = torch.empty(10 * MiB, dtype=torch.uint8, device="mydev")
+        del big
+        p = torch.empty(4 * MiB, dtype=torch.uint8, device="mydev")
+        q = torch.empty(6 * MiB, dtype=torch.uint8, device="mydev")
+        assert state() == (10 * MiB, 10 * MiB, 4, 1), state()
+        del p, q
+        m.empty_cache()                                            # only whole segments are released
+        assert state() == (0, 0, 4, 0), state()
+
+        # Blocks are cached per stream: another stream does not reuse them.
+        t = torch.empty(4 * MiB, dtype=torch.uint8, device="mydev")
+        del t
+        s = m.Stream()
+        with m.stream(s):
+            u = torch.empty(4 * MiB, dtype=torch.uint8, device="mydev")
+        assert state() == (4 * MiB, 8 * MiB, 6, 2), state()
+        del u
+        v = torch.empty(4 * MiB, dtype=torch.uint8, device="mydev")  # the default stream's block again
+        assert state() == (4 * MiB, 8 * MiB, 6, 2), state()
+        print("ok")
+    """)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_cache_reuse_returns_the_same_memory():
+    x = torch.empty(3 * MiB, dtype=torch.uint8, device="mydev:1")
+    ptr = x.data_ptr()
+    reserved = torch.mydev.memory_reserved(1)
+    del x
+    y = torch.empty(3 * MiB, dtype=torch.uint8, device="mydev:1")
+    assert y.data_ptr() == ptr
+    assert torch.mydev.memory_reserved(1) == reserved
+
+
+def test_memory_summary_and_accelerator_api():
+    x = torch.empty(MiB, dtype=torch.uint8, device="mydev")
+    summary = torch.mydev.memory_summary()
+    assert "Allocated memory" in summary and "mydev memory summary, device ID 0" in summary
+    assert torch.accelerator.memory_allocated(0) == torch.mydev.memory_allocated(0)
+    assert torch.accelerator.memory_reserved(0) == torch.mydev.memory_reserved(0)
+    assert torch.accelerator.max_memory_allocated(0) == torch.mydev.max_memory_allocated(0)
+    free, total = torch.mydev.mem_get_info()
+    assert total == 8 * (1 << 30) and 0 < free <= total
+    del x
+
+
+def test_oom_message_and_fraction(python_subprocess):
+    r = python_subprocess("""
+        import torch, my_device
+        MiB = 1 << 20
+        torch.mydev.set_per_process_memory_fraction(0.5)          # 16 MiB of 32
+        keep = torch.ones(4 * MiB, dtype=torch.uint8, device="mydev")
+        try:
+            torch.empty(14 * MiB, dtype=torch.uint8, device="mydev")
+        except torch.OutOfMemoryError as e:
+            msg = str(e)
+        else:
+            raise SystemExit("fraction not enforced")
+        assert "Tried to allocate 14.00 MiB" in msg, msg
+        assert "total capacity of 32.00 MiB" in msg and "4.00 MiB is allocated by PyTorch" in msg, msg
+        assert "set_per_process_memory_fraction" in msg, msg
+        torch.mydev.set_per_process_memory_fraction(1.0)
+        ok = torch.empty(14 * MiB, dtype=torch.uint8, device="mydev")
+        assert keep.min().item() == 1
+        assert torch.mydev.memory_stats()["num_ooms"] == 1
+        print("ok")
+    """, env={"MYDEV_MEMORY_LIMIT": "32M"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_fraction_is_validated():
+    with pytest.raises(RuntimeError, match="invalid fraction"):
+        torch.mydev.set_per_process_memory_fraction(1.5)
+
+
+def test_oom_inside_a_kernel_raises_and_device_still_works(python_subprocess):
+    r = python_subprocess("""
+        import torch, my_device
+        MiB = 1 << 20
+        a = torch.ones(6 * MiB, device="mydev")                    # 24 MiB of 32
+        try:
+            a.exp()                                                 # its output does not fit
+        except torch.OutOfMemoryError:
+            pass
+        else:
+            raise SystemExit("no OOM")
+        assert a.sum().item() == 6 * MiB
+        del a
+        assert torch.ones(3 * MiB, device="mydev").exp().min().item() > 2.7
+        print("ok")
+    """, env={"MYDEV_MEMORY_LIMIT": "32M"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
