@@ -1,0 +1,87 @@
+"""The runtime against CPU, in one process: allocator cost, pinned-memory bandwidth, launch latency.
+
+Run: python bench/bench_runtime.py
+- cached allocation + free through the device allocator, timed in C++ (target <= 0.5 us);
+- H2D and D2H copies from/to pinned memory, as bandwidth relative to a CPU clone of the same
+  bytes (target >= 0.8x);
+- 1-element add latency against CPU, with the default launch mode and with
+  MYDEV_LAUNCH_BLOCKING=1 (measured in a child process, since the runtime reads it once)."""
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+import my_device
+
+
+def _median(fn, inner, repeat=9, sync=lambda: None):
+    fn()
+    sync()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        samples.append((time.perf_counter() - start) / inner)
+    return statistics.median(samples)
+
+
+def allocator():
+    ns = statistics.median(my_device._C._bench_cached_allocation(200_000, 4096) for _ in range(5))
+    print(f"cached allocation + free (4 KiB)      {ns / 1000:8.3f} us")
+
+
+def bandwidth():
+    n = 64 << 20  # bytes
+    host = torch.empty(n, dtype=torch.uint8).random_().pin_memory()
+    dev = torch.empty(n, dtype=torch.uint8, device="mydev")
+    back = torch.empty(n, dtype=torch.uint8).pin_memory()
+    sync = torch.mydev.synchronize
+    t_clone = _median(lambda: host.clone(), 3)
+    t_h2d = _median(lambda: dev.copy_(host, non_blocking=True), 3, sync=sync)
+    t_d2h = _median(lambda: back.copy_(dev, non_blocking=True), 3, sync=sync)
+    gbs = lambda t: n / t / 1e9
+    print(f"CPU clone of 64 MiB                   {gbs(t_clone):8.2f} GB/s")
+    print(f"H2D from pinned                       {gbs(t_h2d):8.2f} GB/s   ratio {t_clone / t_h2d:5.2f}x of CPU clone")
+    print(f"D2H to pinned                         {gbs(t_d2h):8.2f} GB/s   ratio {t_clone / t_d2h:5.2f}x of CPU clone")
+
+
+LATENCY = """
+import statistics, time, torch, my_device
+def med(fn, sync):
+    fn(); sync()
+    out = []
+    for _ in range(9):
+        s = time.perf_counter()
+        for _ in range(20000):
+            fn()
+        sync()
+        out.append((time.perf_counter() - s) / 20000)
+    return statistics.median(out)
+a, b = torch.randn(1), torch.randn(1)
+da, db = a.to("mydev"), b.to("mydev")
+cpu = med(lambda: a + b, lambda: None)
+dev = med(lambda: da + db, torch.mydev.synchronize)
+print(cpu, dev)
+"""
+
+
+def latency():
+    for mode, env in (("default launches", {}), ("MYDEV_LAUNCH_BLOCKING=1", {"MYDEV_LAUNCH_BLOCKING": "1"})):
+        out = subprocess.run([sys.executable, "-c", LATENCY], env={**os.environ, **env, "OMP_NUM_THREADS": "1"},
+                             capture_output=True, text=True, check=True).stdout.split()
+        cpu, dev = float(out[0]), float(out[1])
+        print(f"1-element add, {mode:<24} cpu {cpu * 1e6:6.2f} us  mydev {dev * 1e6:6.2f} us  "
+              f"ratio {dev / cpu:5.2f}x")
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, 1 intra-op thread, medians")
+    allocator()
+    bandwidth()
+    latency()
