@@ -5,25 +5,10 @@ Prints one line per case with the median time on each device and the ratio
 mydev/CPU (lower is better; 1.00 is CPU speed). Targets (issue 2): <=1.3x for
 the 1-element op, <=1.05x for the large ones."""
 import argparse
-import statistics
-import time
-
 import torch
 
 import my_device  # noqa: F401
-
-
-def _median_seconds(fn, sync, inner, repeat):
-    fn()
-    sync()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - start) / inner)
-    return statistics.median(samples)
+from common import median_seconds
 
 
 def _case(name, make, op, inner, repeat):
@@ -31,7 +16,7 @@ def _case(name, make, op, inner, repeat):
     for device in ("cpu", "mydev"):
         args = [t.to(device) for t in make()]
         sync = torch.mydev.synchronize if device == "mydev" else (lambda: None)
-        results[device] = _median_seconds(lambda: op(*args), sync, inner, repeat)
+        results[device] = median_seconds(lambda: op(*args), inner, repeat, sync)
     ratio = results["mydev"] / results["cpu"]
     print(f"{name:<28} cpu {results['cpu'] * 1e6:10.2f} us   mydev {results['mydev'] * 1e6:10.2f} us   "
           f"ratio {ratio:5.2f}x", flush=True)

@@ -15,19 +15,7 @@ import time
 import torch
 
 import my_device
-
-
-def _median(fn, inner, repeat=9, sync=lambda: None):
-    fn()
-    sync()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - start) / inner)
-    return statistics.median(samples)
+from common import median_seconds
 
 
 def allocator():
@@ -41,9 +29,9 @@ def bandwidth():
     dev = torch.empty(n, dtype=torch.uint8, device="mydev")
     back = torch.empty(n, dtype=torch.uint8).pin_memory()
     sync = torch.mydev.synchronize
-    t_clone = _median(lambda: host.clone(), 3)
-    t_h2d = _median(lambda: dev.copy_(host, non_blocking=True), 3, sync=sync)
-    t_d2h = _median(lambda: back.copy_(dev, non_blocking=True), 3, sync=sync)
+    t_clone = median_seconds(lambda: host.clone(), 3)
+    t_h2d = median_seconds(lambda: dev.copy_(host, non_blocking=True), 3, sync=sync)
+    t_d2h = median_seconds(lambda: back.copy_(dev, non_blocking=True), 3, sync=sync)
     gbs = lambda t: n / t / 1e9
     print(f"CPU clone of 64 MiB                   {gbs(t_clone):8.2f} GB/s")
     print(f"H2D from pinned                       {gbs(t_h2d):8.2f} GB/s   ratio {t_clone / t_h2d:5.2f}x of CPU clone")
@@ -51,28 +39,19 @@ def bandwidth():
 
 
 LATENCY = """
-import statistics, time, torch, my_device
-def med(fn, sync):
-    fn(); sync()
-    out = []
-    for _ in range(9):
-        s = time.perf_counter()
-        for _ in range(20000):
-            fn()
-        sync()
-        out.append((time.perf_counter() - s) / 20000)
-    return statistics.median(out)
+import torch, my_device
+from common import median_seconds
+torch.set_num_threads(1)
 a, b = torch.randn(1), torch.randn(1)
 da, db = a.to("mydev"), b.to("mydev")
-cpu = med(lambda: a + b, lambda: None)
-dev = med(lambda: da + db, torch.mydev.synchronize)
-print(cpu, dev)
+print(median_seconds(lambda: a + b, 20000), median_seconds(lambda: da + db, 20000, sync=torch.mydev.synchronize))
 """
 
 
 def latency():
     for mode, env in (("default launches", {}), ("MYDEV_LAUNCH_BLOCKING=1", {"MYDEV_LAUNCH_BLOCKING": "1"})):
-        out = subprocess.run([sys.executable, "-c", LATENCY], env={**os.environ, **env, "OMP_NUM_THREADS": "1"},
+        out = subprocess.run([sys.executable, "-c", LATENCY], env={**os.environ, **env},
+                             cwd=os.path.dirname(os.path.abspath(__file__)),
                              capture_output=True, text=True, check=True).stdout.split()
         cpu, dev = float(out[0]), float(out[1])
         print(f"1-element add, {mode:<24} cpu {cpu * 1e6:6.2f} us  mydev {dev * 1e6:6.2f} us  "
