@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
+#include <c10/util/flat_hash_map.h>
 #include <c10/util/irange.h>
 
 #include <mutex>
@@ -325,7 +326,7 @@ DeviceCache& cache_for(c10::DeviceIndex device) {
 // host kernels call, oneDNN among them, allocate through the CPU allocator's
 // raw_allocate/raw_deleter, which require it. The block is found by address.
 std::mutex g_live_mutex;
-std::unordered_map<void*, Block*> g_live;
+ska::flat_hash_map<void*, Block*> g_live;  // open addressing: no allocation per entry
 
 Block* live_block(void* ptr) {
   std::lock_guard<std::mutex> lock(g_live_mutex);
