@@ -10,6 +10,7 @@
 #include "core/Device.h"
 #include "core/Exception.h"
 #include "core/Generator.h"
+#include "core/Launch.h"
 #include "core/Stream.h"
 #include "native/Fallback.h"
 
@@ -18,7 +19,13 @@ namespace {
 
 void synchronize(c10::DeviceIndex device) {
   RuntimeDeviceGuard on_device(device < 0 ? current_device() : device);
-  MYDEV_CHECK(mydevDeviceSynchronize());
+  mydevError_t err;
+  {
+    py::gil_scoped_release no_gil;  // as torch.cuda.synchronize: other Python threads keep running
+    err = mydevDeviceSynchronize();
+  }
+  reap_finished_kernels();
+  MYDEV_CHECK(err);
 }
 
 // The flat "name.pool.metric" dictionary torch.cuda.memory_stats returns.
@@ -148,6 +155,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(device))));
   });
   m.def("_bench_cached_allocation", &bench_cached_allocation);
+  // Test hooks: a stream whose worker waits before each task, and a kernel that fails when it runs.
+  m.def("_test_set_stream_delay", [](int64_t id, int device, unsigned microseconds) {
+    const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(kMyDev, static_cast<c10::DeviceIndex>(device)), id);
+    RuntimeDeviceGuard on_device(static_cast<c10::DeviceIndex>(device));
+    MYDEV_CHECK(mydevTestSetStreamDelay(stream_handle(stream), microseconds));
+  });
+  m.def("_test_inject_kernel_failure", &inject_kernel_failure);
   m.def("impl_type_name", [](const at::Tensor& t) {
     return c10::demangle(typeid(*t.unsafeGetTensorImpl()).name());
   }, "The C++ class of a tensor's TensorImpl, e.g. 'my_device::MyDevTensorImpl'.");

@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,41 @@ def test_runtime_suite_with_default_environment(runtime_test):
     assert_passed(run(runtime_test))
 
 
+def test_runtime_suite_with_launch_blocking(runtime_test):
+    # The suite checks what each mode promises (e.g. a failing launch returns
+    # the failure itself only when blocking), and runs the blocking-only tests.
+    assert_passed(run(runtime_test, env={"MYDEV_LAUNCH_BLOCKING": "1", "MYDEV_MEMORY_LIMIT": "256M"}))
+
+
+def test_launch_blocking(runtime_test):
+    assert_passed(run(runtime_test, "blocking", env={"MYDEV_LAUNCH_BLOCKING": "1"}))
+
+
+def test_exit_drops_pending_work_without_hanging(runtime_test):
+    # Work queued behind a 60 s delay, a stream waiting for an event that work
+    # would record, and a 100 ms task in progress at exit.
+    start = time.monotonic()
+    result = run(runtime_test, "exit-pending", timeout=30)
+    elapsed = time.monotonic() - start
+    assert_passed(result)
+    assert "dropped work ran" not in result.stdout
+    assert "waiting work ran" not in result.stdout
+    # An exit handler that runs after the runtime's own still gets work done (inline).
+    assert "late work ran" in result.stdout
+    assert "late work on a new stream ran" in result.stdout
+    assert "late use ok" in result.stdout
+    assert result.stderr == ""
+    assert elapsed < 10, elapsed
+
+
+def test_exit_gives_up_on_a_stuck_launch(runtime_test):
+    start = time.monotonic()
+    result = run(runtime_test, "exit-stuck", timeout=30)
+    elapsed = time.monotonic() - start
+    assert_passed(result)
+    assert elapsed < 10, elapsed
+
+
 def test_defaults(runtime_test):
     result = run(runtime_test, "env", "2", str(8 * GiB), "0")
     assert_passed(result)
@@ -122,6 +158,7 @@ def test_memory_limit_suffixes(runtime_test, value, expected):
         ("MYDEV_MEMORY_LIMIT", "0"),
         ("MYDEV_MEMORY_LIMIT", "99999999999T"),
         ("MYDEV_STRICT", "yes"),
+        ("MYDEV_LAUNCH_BLOCKING", "2"),
     ],
 )
 def test_bad_values_fall_back_with_warning(runtime_test, var, value):
@@ -134,6 +171,10 @@ def test_bad_values_fall_back_with_warning(runtime_test, var, value):
 
 def test_strict_mode_allows_copies_and_launches(runtime_test):
     assert_passed(run(runtime_test, "strict", env={"MYDEV_STRICT": "1"}))
+
+
+def test_strict_mode_with_launch_blocking(runtime_test):
+    assert_passed(run(runtime_test, "strict", env={"MYDEV_STRICT": "1", "MYDEV_LAUNCH_BLOCKING": "1"}))
 
 
 def test_runtime_suite_in_strict_mode(runtime_test):

@@ -70,6 +70,7 @@ def test_elapsed_time_without_timing_raises_value_error():
     t1, t2 = torch.Event(device="mydev", enable_timing=True), torch.Event(device="mydev", enable_timing=True)
     t1.record()
     t2.record()
+    t2.synchronize()  # as on CUDA, both events must have completed
     assert t1.elapsed_time(t2) >= 0
 
 

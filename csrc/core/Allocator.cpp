@@ -3,6 +3,7 @@
 // (device, stream) so later allocations reuse them without a runtime call.
 // Freed neighbours merge back; empty_cache returns whole free segments.
 #include "Allocator.h"
+#include "Launch.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
@@ -415,7 +416,15 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   if (nbytes == 0) {
     return {nullptr, where};
   }
-  Block* block = cache_for(device).allocate(nbytes, current_stream_handle(device));
+  Block* block = nullptr;
+  try {
+    block = cache_for(device).allocate(nbytes, current_stream_handle(device));
+  } catch (const c10::OutOfMemoryError&) {
+    // Finished kernels may still hold the last references to dead tensors.
+    if (!has_finished_kernels()) throw;
+    reap_finished_kernels();
+    block = cache_for(device).allocate(nbytes, current_stream_handle(device));
+  }
   {
     std::lock_guard<std::mutex> lock(g_live_mutex);
     g_live.emplace(block->ptr, block);
@@ -440,6 +449,7 @@ void free_device_pointer(void* ptr) {
 }
 
 DeviceStats memory_stats(c10::DeviceIndex device) {
+  reap_finished_kernels();  // their tensors are garbage already; count them as freed
   return cache_for(device).stats();
 }
 
@@ -452,6 +462,7 @@ void reset_accumulated_memory_stats(c10::DeviceIndex device) {
 }
 
 void empty_cache() {
+  reap_finished_kernels();
   for (auto i : c10::irange(device_count())) {
     cache_for(static_cast<c10::DeviceIndex>(i)).release_cached();
   }

@@ -6,6 +6,7 @@
 #include "Device.h"
 #include "Allocator.h"
 #include "Exception.h"
+#include "Launch.h"
 #include "Stream.h"
 
 namespace my_device {
@@ -109,6 +110,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeEvent(void* event) const override {
     if (event != nullptr) MYDEV_CHECK(mydevEventSynchronize(static_cast<mydevEvent_t>(event)));
+    reap_finished_kernels();
   }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
@@ -134,11 +136,13 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeStream(const c10::Stream& stream) const override {
     RuntimeDeviceGuard on_device(stream.device_index());
     MYDEV_CHECK(mydevStreamSynchronize(stream_handle(stream)));
+    reap_finished_kernels();
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     RuntimeDeviceGuard on_device(device_index);
     MYDEV_CHECK(mydevDeviceSynchronize());
+    reap_finished_kernels();
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {

@@ -1,18 +1,91 @@
 #pragma once
-// Every kernel runs through the runtime's launch entry point, on the current
-// stream, so that the runtime decides when and where device memory is touched
-// (strict mode opens device pages only inside a launch). C++ exceptions must not
-// cross the C API, so the trampoline parks them and they are rethrown here.
+// Every kernel reaches the device through the runtime's launch entry points, on
+// the current stream, so the runtime decides when and where device memory is
+// touched (strict mode opens device pages only for launched work).
+//
+// launch_async: the kernel is queued and runs later on the stream's worker. The
+//   task owns everything it touches (tensors are captured by value), so inputs
+//   and outputs live until it has run. A failure is recorded with the op's name
+//   and raised at the next synchronisation, as CUDA reports kernel errors.
+//   The task is destroyed on a host thread, not on the worker (see
+//   reap_finished_kernels).
+// launch_inline: the kernel runs now, on this thread, after all work queued on
+//   the stream: for kernels whose output shapes are only known by running them
+//   (host kernels). Its exception propagates directly.
 #include <exception>
+#include <memory>
+#include <string>
 #include <utility>
 
+#include "Device.h"
 #include "Exception.h"
 #include "Stream.h"
 
 namespace my_device {
 
+// Stores the first failure of an asynchronous kernel on `device` until a
+// synchronisation reports it (raise_runtime_error takes it).
+void record_kernel_failure(c10::DeviceIndex device, const char* label, const std::string& what);
+// Test hook: the next launch_async whose label equals `label` fails when it runs.
+void inject_kernel_failure(const std::string& label);
+bool take_injected_failure(const char* label);
+
+struct LaunchedTask {
+  virtual ~LaunchedTask() = default;
+};
+
+// A finished task may hold the last reference to a tensor whose Python object
+// it now owns; releasing that needs the GIL, which a host thread blocked in a
+// synchronisation may hold. So workers only park finished tasks here, and host
+// threads destroy them: on every launch, after synchronisations, and before the
+// allocator reports statistics or gives up on an allocation.
+void retire_kernel(LaunchedTask* task);
+void reap_finished_kernels();
+bool has_finished_kernels();
+
 template <class F>
-void launch(c10::DeviceIndex device, F&& body) {
+void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
+  struct Task final : LaunchedTask {
+    Task(F&& b, c10::DeviceIndex d, const char* l) : body(std::forward<F>(b)), device(d), label(l) {}
+    std::decay_t<F> body;
+    c10::DeviceIndex device;
+    const char* label;
+  };
+  reap_finished_kernels();
+  auto* task = new Task(std::forward<F>(body), device, label);
+  auto trampoline = [](void* data) -> int {
+    auto* t = static_cast<Task*>(data);
+    int status = 0;
+    try {
+      if (take_injected_failure(t->label)) {
+        throw std::runtime_error("injected failure (my_device._C._test_inject_kernel_failure)");
+      }
+      t->body();
+    } catch (const std::exception& e) {
+      record_kernel_failure(t->device, t->label, e.what());
+      status = 1;
+    }
+    retire_kernel(t);
+    return status;
+  };
+  // A null handle means the default stream of the runtime's current device,
+  // which need not be `device`.
+  RuntimeDeviceGuard on_device(device);
+  const mydevError_t err = mydevLaunchHostFuncLabeled(current_stream_handle(device), trampoline, task, label);
+  if (err == mydevErrorLaunchFailure) {
+    // MYDEV_LAUNCH_BLOCKING: the kernel ran and failed. Report it here, and
+    // consume the stream's sticky copy so the next synchronisation does not repeat it.
+    mydevStreamSynchronize(current_stream_handle(device));
+    MYDEV_CHECK(err);
+  }
+  if (err != mydevSuccess) {
+    delete task;  // not enqueued
+    MYDEV_CHECK(err);
+  }
+}
+
+template <class F>
+void launch_inline(c10::DeviceIndex device, F&& body) {
   struct Closure {
     F* body;
     std::exception_ptr error;
@@ -27,11 +100,9 @@ void launch(c10::DeviceIndex device, F&& body) {
       return 1;
     }
   };
-  mydevError_t err = mydevLaunchHostFunc(current_stream_handle(device), trampoline, &closure);
+  RuntimeDeviceGuard on_device(device);  // see launch_async
+  const mydevError_t err = mydevLaunchHostFuncInline(current_stream_handle(device), trampoline, &closure);
   if (closure.error) {
-    // The runtime keeps a sticky launch failure for the next synchronisation;
-    // the op's own exception is the better report, so consume the sticky one.
-    mydevStreamSynchronize(current_stream_handle(device));
     std::rethrow_exception(closure.error);
   }
   MYDEV_CHECK(err);

@@ -19,7 +19,9 @@
 #include <ATen/Version.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/DispatchStub.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/ops/add.h>
+#include <ATen/ops/result_type.h>
 #include <ATen/ops/add_native.h>
 #include <ATen/ops/div.h>
 #include <ATen/ops/mul.h>
@@ -27,7 +29,7 @@
 #include <ATen/ops/div_native.h>
 #include <ATen/ops/mul_native.h>
 #include <ATen/ops/sub_native.h>
-#include <c10/util/ExclusivelyOwned.h>
+#include <tuple>
 #include <torch/library.h>
 
 #include "Factory.h"
@@ -60,35 +62,41 @@ const bool g_stubs_mirrored = [] {
   return true;
 }();
 
-// A structured kernel whose output is a new mydev tensor.
+// A structured kernel whose output is a new mydev tensor. The output is shared
+// with the caller while the queued kernel runs, so it is a plain Tensor (an
+// ExclusivelyOwned one would be destroyed regardless of the caller's reference).
 template <class Base>
 struct Functional final : Base {
   void set_output_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                           c10::TensorOptions options) override {
-    output = c10::ExclusivelyOwned<at::Tensor>(empty_device(sizes, strides, options));
+    output = empty_device(sizes, strides, options);
     Base::set_output_raw_strided(idx, sizes, strides, options);
   }
   void set_output_raw_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                               c10::TensorOptions options) override {
-    output = c10::ExclusivelyOwned<at::Tensor>(empty_device(sizes, strides, options));
+    output = empty_device(sizes, strides, options);
     Base::set_output_raw_strided(idx, sizes, strides, options);
   }
   const at::Tensor& maybe_get_output(int64_t) override {
-    return *output;
+    return output;
   }
-  c10::ExclusivelyOwned<at::Tensor> output;
+  at::Tensor output;
 };
 
 // A structured kernel writing into `self`, with the checks PyTorch's in-place wrappers make.
 template <class Base>
 struct InPlace final : Base {
-  explicit InPlace(const at::Tensor& self) : self(self) {}
+  explicit InPlace(const at::Tensor& self) : self(&self) {}
+  // Points the op at the job's own reference to the tensor.
+  void rebind(const at::Tensor& owned) {
+    self = &owned;
+  }
   void check(c10::IntArrayRef sizes, const c10::TensorOptions& options) {
-    TORCH_CHECK(options.dtype() == self.dtype(), "Bad in-place call: input tensor dtype ", self.dtype(),
+    TORCH_CHECK(options.dtype() == self->dtype(), "Bad in-place call: input tensor dtype ", self->dtype(),
                 " and output tensor dtype ", options.dtype(), " should match");
-    TORCH_CHECK(options.device() == self.device(), "Bad in-place call: input tensor device ", self.device(),
+    TORCH_CHECK(options.device() == self->device(), "Bad in-place call: input tensor device ", self->device(),
                 " and output tensor device ", options.device(), " should match");
-    TORCH_CHECK(sizes == self.sizes(), "Bad in-place call: input tensor size ", self.sizes(),
+    TORCH_CHECK(sizes == self->sizes(), "Bad in-place call: input tensor size ", self->sizes(),
                 " and output tensor size ", sizes, " should match");
   }
   void set_output_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
@@ -102,9 +110,9 @@ struct InPlace final : Base {
     Base::set_output_raw_strided(idx, sizes, strides, options);
   }
   const at::Tensor& maybe_get_output(int64_t) override {
-    return self;
+    return *self;
   }
-  const at::Tensor& self;
+  const at::Tensor* self;
 };
 
 // CPU loops assume every operand already has the common dtype: on CPU,
@@ -118,6 +126,23 @@ bool uniform_dtype(const at::TensorIteratorBase& iter) {
   return true;
 }
 
+// `tensor op python_number` arrives with the number as a 0-dim CPU double or
+// int64 "wrapped number". When type promotion keeps the tensor's dtype (the
+// usual case: float tensor times 0.5), converting the number first is exactly
+// what the CPU iterator would do, and keeps the op on the queued path.
+at::Tensor match_wrapped_scalar(const at::Tensor& self, const at::Tensor& other) {
+  if (other.dim() != 0 || !other.unsafeGetTensorImpl()->is_wrapped_number() || other.is_same(self)) {
+    return other;
+  }
+  const auto common = at::result_type(self, other);
+  if (common != self.scalar_type() || other.scalar_type() == common) {
+    return other;
+  }
+  at::Tensor converted = at::detail::scalar_tensor_static(other.item(), common, at::kCPU);
+  converted.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return converted;
+}
+
 template <class T>
 const T& host_arg(HostCall&, const T& value) {
   return value;
@@ -126,75 +151,100 @@ at::Tensor host_arg(HostCall& call, const at::Tensor& t) {
   return call.to_host(t);
 }
 
-// `on_host` computes the same op with PyTorch's CPU operator, given host views.
+// The kernel is queued: meta() runs now (shapes, dtypes, device checks,
+// output allocation) and impl() runs on the stream's worker. The TensorIterator
+// borrows its operands, so the job owns copies of them, and the job lives
+// until the kernel has run. `on_host` computes the same op with PyTorch's CPU
+// operator on host views, for the mixed-dtype case.
 template <class Base, class OnHost, class... Args>
-at::Tensor functional(OnHost on_host, const Args&... args) {
-  Functional<Base> op;
-  op.meta(args...);
-  const c10::DeviceIndex device = op.output->device().index();
-  if (!uniform_dtype(op)) {
+at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
+  struct Job {
+    std::tuple<Args...> args;
+    Functional<Base> op;
+  };
+  auto job = std::make_unique<Job>(Job{std::tuple<Args...>(args...), {}});
+  std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
+  const c10::DeviceIndex device = job->op.output.device().index();
+  if (!uniform_dtype(job->op)) {
     return run_on_host(device, [&](HostCall& call) { return call.to_device(on_host(host_arg(call, args)...)); });
   }
-  launch(device, [&] { op.impl(args..., *op.output); });
-  return std::move(op.output).take();
+  at::Tensor out = job->op.output;
+  launch_async(device, label, [job = std::move(job)] {
+    std::apply([&](const auto&... a) { job->op.impl(a..., job->op.output); }, job->args);
+  });
+  return out;
 }
 
 template <class Base, class OnHost, class... Args>
-at::Tensor& in_place(OnHost on_host, at::Tensor& self, const Args&... args) {
-  InPlace<Base> op(self);
-  op.meta(self, args...);
+at::Tensor& in_place(const char* label, OnHost on_host, at::Tensor& self, const Args&... args) {
+  struct Job {
+    at::Tensor self;
+    std::tuple<Args...> args;
+    InPlace<Base> op;
+  };
+  auto job = std::unique_ptr<Job>(new Job{self, std::tuple<Args...>(args...), InPlace<Base>(self)});
+  job->op.rebind(job->self);
+  std::apply([&](const auto&... a) { job->op.meta(job->self, a...); }, job->args);
   const c10::DeviceIndex device = self.device().index();
-  if (!uniform_dtype(op)) {
+  if (!uniform_dtype(job->op)) {
     run_on_host(device, [&](HostCall& call) {
       on_host(call.to_host(self), host_arg(call, args)...);
       return true;
     });
     return self;
   }
-  launch(device, [&] { op.impl(self, args..., self); });
+  launch_async(device, label, [job = std::move(job)] {
+    std::apply([&](const auto&... a) { job->op.impl(job->self, a..., job->self); }, job->args);
+  });
   return self;
 }
 
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  return functional<at::native::structured_ufunc_add_CPU>(
-      [](const at::Tensor& a, const at::Tensor& b, const at::Scalar& s) { return at::add(a, b, s); }, self, other,
-      alpha);
+  auto on_host = [](const at::Tensor& a, const at::Tensor& b, const at::Scalar& s) { return at::add(a, b, s); };
+  return functional<at::native::structured_ufunc_add_CPU>("aten::add.Tensor", on_host, self,
+                                                          match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  return in_place<at::native::structured_ufunc_add_CPU>(
-      [](at::Tensor a, const at::Tensor& b, const at::Scalar& s) { a.add_(b, s); }, self, other, alpha);
+  auto on_host = [](at::Tensor a, const at::Tensor& b, const at::Scalar& s) { a.add_(b, s); };
+  return in_place<at::native::structured_ufunc_add_CPU>("aten::add_.Tensor", on_host, self,
+                                                        match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  return functional<at::native::structured_sub_out>(
-      [](const at::Tensor& a, const at::Tensor& b, const at::Scalar& s) { return at::sub(a, b, s); }, self, other,
-      alpha);
+  auto on_host = [](const at::Tensor& a, const at::Tensor& b, const at::Scalar& s) { return at::sub(a, b, s); };
+  return functional<at::native::structured_sub_out>("aten::sub.Tensor", on_host, self,
+                                                    match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor& sub_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  return in_place<at::native::structured_sub_out>(
-      [](at::Tensor a, const at::Tensor& b, const at::Scalar& s) { a.sub_(b, s); }, self, other, alpha);
+  auto on_host = [](at::Tensor a, const at::Tensor& b, const at::Scalar& s) { a.sub_(b, s); };
+  return in_place<at::native::structured_sub_out>("aten::sub_.Tensor", on_host, self,
+                                                  match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
-  return functional<at::native::structured_mul_out>(
-      [](const at::Tensor& a, const at::Tensor& b) { return at::mul(a, b); }, self, other);
+  auto on_host = [](const at::Tensor& a, const at::Tensor& b) { return at::mul(a, b); };
+  return functional<at::native::structured_mul_out>("aten::mul.Tensor", on_host, self,
+                                                    match_wrapped_scalar(self, other));
 }
 
 at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
-  return in_place<at::native::structured_mul_out>([](at::Tensor a, const at::Tensor& b) { a.mul_(b); }, self,
-                                                  other);
+  auto on_host = [](at::Tensor a, const at::Tensor& b) { a.mul_(b); };
+  return in_place<at::native::structured_mul_out>("aten::mul_.Tensor", on_host, self,
+                                                  match_wrapped_scalar(self, other));
 }
 
 at::Tensor div(const at::Tensor& self, const at::Tensor& other) {
-  return functional<at::native::structured_div_out>(
-      [](const at::Tensor& a, const at::Tensor& b) { return at::div(a, b); }, self, other);
+  auto on_host = [](const at::Tensor& a, const at::Tensor& b) { return at::div(a, b); };
+  return functional<at::native::structured_div_out>("aten::div.Tensor", on_host, self,
+                                                    match_wrapped_scalar(self, other));
 }
 
 at::Tensor& div_(at::Tensor& self, const at::Tensor& other) {
-  return in_place<at::native::structured_div_out>([](at::Tensor a, const at::Tensor& b) { a.div_(b); }, self,
-                                                  other);
+  auto on_host = [](at::Tensor a, const at::Tensor& b) { a.div_(b); };
+  return in_place<at::native::structured_div_out>("aten::div_.Tensor", on_host, self,
+                                                  match_wrapped_scalar(self, other));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -27,9 +27,31 @@ bool bytewise_copyable(const at::Tensor& src, const at::Tensor& dst) {
          src.is_non_overlapping_and_dense() && src.is_conj() == dst.is_conj() && src.is_neg() == dst.is_neg();
 }
 
-void runtime_copy(const at::Tensor& src, const at::Tensor& dst) {
+bool is_pinned_host(const at::Tensor& t) {
+  if (is_device(t)) return false;
+  mydevPointerAttributes attr{};
+  return mydevPointerGetAttributes(&attr, t.data_ptr()) == mydevSuccess && attr.type == mydevMemoryTypeHost;
+}
+
+// One runtime copy of the dense bytes of src into dst. Device-to-device copies,
+// and copies whose host side is pinned when the caller allows non_blocking, are
+// queued on the current stream of the device side (both tensors are kept alive
+// until the copy ran); the rest are synchronous, as CUDA's pageable copies are.
+void runtime_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blocking = false) {
   const size_t nbytes = static_cast<size_t>(src.numel()) * src.element_size();
-  MYDEV_CHECK(mydevMemcpy(dst.data_ptr(), src.data_ptr(), nbytes, kind_of(src, dst)));
+  const mydevMemcpyKind kind = kind_of(src, dst);
+  const bool async = kind == mydevMemcpyDeviceToDevice ||
+                     (non_blocking && (is_pinned_host(src) || is_pinned_host(dst)));
+  if (!async) {
+    MYDEV_CHECK(mydevMemcpy(dst.data_ptr(), src.data_ptr(), nbytes, kind));
+    return;
+  }
+  const c10::DeviceIndex device = (is_device(dst) ? dst : src).device().index();
+  RuntimeDeviceGuard on_device(device);
+  MYDEV_CHECK(mydevMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes, kind, current_stream_handle(device)));
+  // Streams run in order, so this no-op kernel finishes after the copy and
+  // releases the tensors only then.
+  launch_async(device, "copy keep-alive", [src, dst] {});
 }
 
 // dst.copy_(src) with both tensors on the same mydev device.
@@ -44,7 +66,7 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   });
 }
 
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   const at::Tensor& src = self;
   TORCH_CHECK(dst.defined(), "dst is undefined");
   if (src.numel() == 0) return dst;
@@ -59,7 +81,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
     staged = staged.to(dst.scalar_type()).resolve_conj().resolve_neg().contiguous();
   }
   if (bytewise_copyable(staged, dst)) {
-    runtime_copy(staged, dst);
+    runtime_copy(staged, dst, non_blocking);
     return dst;
   }
   at::Tensor landing = at::empty(staged.sizes(), staged.options().device(dst.device()));

@@ -263,7 +263,7 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   check_device_index(device);
 
   RuntimeDeviceGuard on_device(device);
-  launch(device, [&] {
+  launch_inline(device, [&] {
     HostCall call(device);
     for (size_t i = first; i < stack->size(); ++i) {
       c10::IValue& v = (*stack)[i];

@@ -58,12 +58,14 @@ class HostCall {
   c10::SmallVector<Adopted, 2> adopted_;
 };
 
-// Runs `body(call)` as a kernel launch on `device`, with a fresh HostCall.
+// Runs `body(call)` as a kernel on `device`, with a fresh HostCall. It runs
+// inline (launch_inline): a CPU kernel's output shapes are only known once it
+// has run, so its caller cannot continue before that.
 template <class F>
 auto run_on_host(c10::DeviceIndex device, F&& body) {
   RuntimeDeviceGuard on_device(device);
   std::optional<decltype(body(std::declval<HostCall&>()))> result;
-  launch(device, [&] {
+  launch_inline(device, [&] {
     HostCall call(device);
     result.emplace(body(call));
   });

@@ -10,12 +10,19 @@
  *  - the current device is per thread and starts at 0;
  *  - a NULL mydevStream_t means the default stream of the current device;
  *  - device pointers are only ever valid inside runtime copies and launched
- *    functions: with MYDEV_STRICT=1 device pages are PROT_NONE everywhere else.
+ *    functions: with MYDEV_STRICT=1 device pages are PROT_NONE everywhere else;
+ *  - execution is asynchronous, as on a GPU: each stream has a worker thread
+ *    that runs its work in FIFO order, and the *Async calls, launches, event
+ *    records and stream waits only enqueue (see "streams" below).
+ *  - all calls are thread safe; any number of threads may use one stream.
  *
  * Environment (read once, at first use):
- *  MYDEV_DEVICE_COUNT  number of devices (default 2)
- *  MYDEV_MEMORY_LIMIT  capacity per device, bytes or with K/M/G/T suffix (default 8G)
- *  MYDEV_STRICT        1: host code touching device memory faults loudly
+ *  MYDEV_DEVICE_COUNT     number of devices (default 2)
+ *  MYDEV_MEMORY_LIMIT     capacity per device, bytes or with K/M/G/T suffix (default 8G)
+ *  MYDEV_STRICT           1: host code touching device memory faults loudly
+ *  MYDEV_LAUNCH_BLOCKING  1: every enqueue returns only once its work has run
+ *                         (a failing launch then returns mydevErrorLaunchFailure
+ *                         itself, besides leaving the sticky error); for debugging
  */
 #ifndef MYDEV_RUNTIME_H
 #define MYDEV_RUNTIME_H
@@ -62,14 +69,18 @@ MYDEV_API mydevError_t mydevGetDeviceCount(int* count);   /* never initialises, 
 MYDEV_API mydevError_t mydevGetDevice(int* device);        /* per thread */
 MYDEV_API mydevError_t mydevSetDevice(int device);
 MYDEV_API mydevError_t mydevGetDeviceProperties(mydevDeviceProp* prop, int device);
-MYDEV_API mydevError_t mydevDeviceSynchronize(void);       /* current device: all its streams */
+/* Waits for all work enqueued on any stream of the current device, then returns
+ * (and clears) the first pending sticky launch error among them. */
+MYDEV_API mydevError_t mydevDeviceSynchronize(void);
 /* Nonzero once the runtime has been used in this process (first call other than
  * GetDeviceCount/GetErrorName/GetErrorString). Lets the integration decide lazily. */
 MYDEV_API int mydevIsInitialized(void);
 
 /* ---- device memory ---------------------------------------------------- */
 MYDEV_API mydevError_t mydevMalloc(void** ptr, size_t size);  /* current device; size 0 gives NULL */
-MYDEV_API mydevError_t mydevFree(void* ptr);                  /* NULL is a no-op */
+/* NULL is a no-op. Does not wait for pending work: memory that queued copies
+ * or launches still use must be kept alive by the caller until they ran. */
+MYDEV_API mydevError_t mydevFree(void* ptr);
 MYDEV_API mydevError_t mydevMemGetInfo(size_t* free_bytes, size_t* total_bytes); /* current device */
 
 typedef enum mydevMemoryType {
@@ -92,24 +103,83 @@ MYDEV_API mydevError_t mydevHostAlloc(void** ptr, size_t size);
 MYDEV_API mydevError_t mydevFreeHost(void* ptr);
 
 /* ---- streams ---------------------------------------------------------- */
+/* A stream is a FIFO queue of work (launches, async copies and memsets, event
+ * records and waits) run in order by the stream's worker thread, started at its
+ * first enqueue. Enqueuing returns at once (unless MYDEV_LAUNCH_BLOCKING=1);
+ * work on different streams runs concurrently and is ordered only through
+ * events. The default stream of each device is such a stream too, with no
+ * implicit synchronisation with other streams (only the synchronous
+ * mydevMemcpy waits for them).
+ *
+ * Errors: a failing launch (nonzero return, or a C++ exception escaping it)
+ * makes mydevErrorLaunchFailure the stream's sticky error; the first failure
+ * since the last synchronisation is kept. mydevStreamSynchronize on that stream,
+ * or mydevDeviceSynchronize on its device, returns it once and clears it. Later
+ * work on the stream still runs.
+ *
+ * Launched functions may call the runtime (allocate, copy, enqueue), but
+ * synchronisation never waits for the calling function's own stream (it
+ * cannot finish first), and mydevMemcpy copies at once without waiting.
+ * At process exit, work still queued is dropped; a running task is given up
+ * to a second to finish. */
 typedef struct mydevStream_st* mydevStream_t;
 
 MYDEV_API mydevError_t mydevDeviceGetStreamPriorityRange(int* least, int* greatest);
 /* Creates a stream on the current device. Lower numbers are higher priority, as in CUDA. */
 MYDEV_API mydevError_t mydevStreamCreateWithPriority(mydevStream_t* stream, int priority);
+/* Waits for the stream's queued work (its pending sticky error is discarded),
+ * then destroys it. Enqueuing on it from other threads meanwhile fails with
+ * mydevErrorInvalidResourceHandle. */
 MYDEV_API mydevError_t mydevStreamDestroy(mydevStream_t stream);
 MYDEV_API mydevError_t mydevStreamGetDevice(mydevStream_t stream, int* device);
 MYDEV_API mydevError_t mydevStreamGetPriority(mydevStream_t stream, int* priority);
+/* Waits until all work enqueued on the stream before the call has run, then
+ * returns (and clears) the stream's sticky error. */
 MYDEV_API mydevError_t mydevStreamSynchronize(mydevStream_t stream);
-MYDEV_API mydevError_t mydevStreamQuery(mydevStream_t stream); /* mydevSuccess or mydevErrorNotReady */
+/* mydevSuccess if all enqueued work has run, else mydevErrorNotReady. Does not
+ * report or clear the sticky error. */
+MYDEV_API mydevError_t mydevStreamQuery(mydevStream_t stream);
 
-/* A launched function is the emulated device's kernel: it runs in stream order,
- * with device memory accessible. It returns 0 on success; anything else makes
- * the launch (and the stream's next synchronisation) report
- * mydevErrorLaunchFailure. The runtime may run it before LaunchHostFunc
- * returns (as now) or later on a stream worker; callers must not assume either. */
+/* A launched function is the emulated device's kernel: it runs later, in stream
+ * order, on the stream's worker thread, with the stream's device as that
+ * thread's current device and device memory accessible. user_data (and
+ * anything it points to) must stay valid until it has run. It returns 0 on
+ * success; anything else makes it a failed launch (see "Errors" above).
+ * The launch itself returns mydevSuccess once the work is enqueued; under
+ * MYDEV_LAUNCH_BLOCKING=1 it returns after fn ran, with
+ * mydevErrorLaunchFailure if fn failed. */
 typedef int (*mydevHostFn_t)(void* user_data);
 MYDEV_API mydevError_t mydevLaunchHostFunc(mydevStream_t stream, mydevHostFn_t fn, void* user_data);
+/* The same, naming the work (e.g. the operator) for error reports. The label
+ * is copied at the call (its first MYDEV_MAX_LABEL_LENGTH bytes); NULL or ""
+ * means none. Costs no more than an unlabelled launch. */
+#define MYDEV_MAX_LABEL_LENGTH 95
+MYDEV_API mydevError_t mydevLaunchHostFuncLabeled(mydevStream_t stream, mydevHostFn_t fn,
+                                                  void* user_data, const char* label);
+/* Copies into buf the label of the launch behind the stream's sticky error:
+ * the failure pending for the next synchronisation or, once that reported it,
+ * the most recently reported one (until a new failure replaces it). Writes ""
+ * if the stream never had a failed launch or that launch had no label. The
+ * label is truncated to len - 1 bytes and always NUL-terminated. Neither waits
+ * nor clears anything; call it after a synchronisation returned
+ * mydevErrorLaunchFailure. mydevErrorInvalidValue if buf is NULL or len is 0. */
+MYDEV_API mydevError_t mydevStreamGetErrorLabel(mydevStream_t stream, char* buf, size_t len);
+
+/* Runs fn now, on the calling thread, in stream order: after all work already
+ * enqueued on the stream has run, while the stream's worker waits (work
+ * enqueued meanwhile runs after fn). fn runs as a launched function would: the
+ * stream's device is the current device and device memory is accessible. For
+ * work whose results the host needs at once (e.g. kernels whose output sizes
+ * depend on the data). Returns mydevErrorLaunchFailure if fn fails, without
+ * setting the stream's sticky error: the caller already has the failure.
+ * Inside fn the rules for launched functions apply (synchronising the stream
+ * does not wait for fn; work fn enqueues on the stream runs after it). */
+MYDEV_API mydevError_t mydevLaunchHostFuncInline(mydevStream_t stream, mydevHostFn_t fn, void* user_data);
+
+/* TEST ONLY, not for production code: makes the stream's worker sleep this
+ * many microseconds before starting each task (0 turns it off), so tests can
+ * observe asynchrony deterministically. */
+MYDEV_API mydevError_t mydevTestSetStreamDelay(mydevStream_t stream, unsigned microseconds);
 
 /* ---- copies ----------------------------------------------------------- */
 typedef enum mydevMemcpyKind {
@@ -120,8 +190,15 @@ typedef enum mydevMemcpyKind {
 
 /* Each device-side range must lie inside one live device allocation, and each
  * host-side range must not touch device memory; otherwise the copy fails with
- * mydevErrorInvalidDevicePointer / mydevErrorInvalidHostPointer and copies nothing. */
+ * mydevErrorInvalidDevicePointer / mydevErrorInvalidHostPointer and copies
+ * nothing. Ranges are checked when the call is made, async ones included. */
+
+/* Synchronous: waits for all work already enqueued on every stream of the
+ * current device and of the devices the ranges lie on (like CUDA's legacy
+ * default stream, simplified), then copies and returns. Returns copy errors
+ * only; a pending sticky launch error is left for the next synchronisation. */
 MYDEV_API mydevError_t mydevMemcpy(void* dst, const void* src, size_t count, mydevMemcpyKind kind);
+/* Enqueued on the stream; host buffers must stay valid until the copy ran. */
 MYDEV_API mydevError_t mydevMemcpyAsync(void* dst, const void* src, size_t count,
                                         mydevMemcpyKind kind, mydevStream_t stream);
 MYDEV_API mydevError_t mydevMemsetAsync(void* dst, int value, size_t count, mydevStream_t stream);
@@ -132,12 +209,20 @@ enum { mydevEventDefault = 0x0, mydevEventDisableTiming = 0x2 };
 
 MYDEV_API mydevError_t mydevEventCreateWithFlags(mydevEvent_t* event, unsigned int flags);
 MYDEV_API mydevError_t mydevEventDestroy(mydevEvent_t event);
+/* Enqueues a marker; the event completes (and takes its timestamp) when the
+ * stream's worker reaches it. Re-recording makes the event incomplete again
+ * and refers it to the new marker. */
 MYDEV_API mydevError_t mydevEventRecord(mydevEvent_t event, mydevStream_t stream);
-MYDEV_API mydevError_t mydevEventQuery(mydevEvent_t event);       /* mydevSuccess or mydevErrorNotReady */
+/* mydevSuccess if the latest record completed (or there was none), else mydevErrorNotReady. */
+MYDEV_API mydevError_t mydevEventQuery(mydevEvent_t event);
+/* Waits for the record current at the call; returns at once if never recorded. */
 MYDEV_API mydevError_t mydevEventSynchronize(mydevEvent_t event);
 /* Milliseconds between two recorded events; mydevErrorTimingDisabled if either lacks timing,
  * mydevErrorNotReady if either is not yet complete, mydevErrorInvalidResourceHandle if never recorded. */
 MYDEV_API mydevError_t mydevEventElapsedTime(float* ms, mydevEvent_t start, mydevEvent_t end);
+/* Work enqueued on `stream` after this call starts only once the event's record
+ * current at this call has completed (any device); re-recording the event later
+ * does not affect it. A never-recorded or already complete event: no-op. */
 MYDEV_API mydevError_t mydevStreamWaitEvent(mydevStream_t stream, mydevEvent_t event);
 
 /* ---- strict mode ------------------------------------------------------ */

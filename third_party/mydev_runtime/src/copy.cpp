@@ -1,6 +1,8 @@
 // Copies and memset. Arguments are validated against the allocation registry
-// before anything moves, so a bad copy fails whole instead of half-done (or
-// crashing on an unmapped page).
+// when the call is made, before anything moves, so a bad copy fails whole (and
+// at once) instead of half-done or crashing on an unmapped page. Async copies
+// then run on the stream's worker; freeing their memory before they ran is, as
+// in CUDA, the caller's bug.
 #include "internal.h"
 
 #include <cstring>
@@ -9,14 +11,17 @@ using namespace mydev_detail;
 
 namespace {
 
-mydevError_t validateCopy(void* dst, const void* src, size_t count, mydevMemcpyKind kind) {
+// devices[0]/[1] receive the devices of the destination/source when they are
+// device memory (left alone otherwise).
+mydevError_t validateCopy(void* dst, const void* src, size_t count, mydevMemcpyKind kind,
+                          int devices[2]) {
   switch (kind) {
     case mydevMemcpyHostToDevice:
-      return validateRanges({{dst, count, true}, {src, count, false}});
+      return validateRanges({{dst, count, true, &devices[0]}, {src, count, false}});
     case mydevMemcpyDeviceToHost:
-      return validateRanges({{dst, count, false}, {src, count, true}});
+      return validateRanges({{dst, count, false}, {src, count, true, &devices[1]}});
     case mydevMemcpyDeviceToDevice:
-      return validateRanges({{dst, count, true}, {src, count, true}});
+      return validateRanges({{dst, count, true, &devices[0]}, {src, count, true, &devices[1]}});
   }
   return mydevErrorInvalidValue;
 }
@@ -26,37 +31,51 @@ bool validKind(mydevMemcpyKind kind) {
          kind == mydevMemcpyDeviceToDevice;
 }
 
-mydevError_t copyOnStream(void* dst, const void* src, size_t count, mydevMemcpyKind kind,
-                          mydevStream_t stream) {
+}  // namespace
+
+extern "C" {
+
+// Ordered like CUDA's legacy default stream, simplified: it first waits for
+// all work already enqueued on every stream of the current device and of the
+// devices holding the two ranges, then copies in the calling thread. Copy
+// errors are returned directly; sticky launch errors are left for the next
+// synchronisation. Inside a launched function (on a stream worker) it copies
+// at once: waiting there could wait for the calling stream itself.
+mydevError_t mydevMemcpy(void* dst, const void* src, size_t count, mydevMemcpyKind kind) {
+  if (mydevError_t e = ensureInitialized()) return e;
+  if (!validKind(kind)) return mydevErrorInvalidValue;
+  if (count == 0) return mydevSuccess;
+  int devices[2] = {-1, -1};
+  if (mydevError_t e = validateCopy(dst, src, count, kind, devices)) return e;
+  if (!onStreamWorker()) {
+    const int current = currentDevice();
+    waitDeviceIdle(current);
+    for (int i = 0; i < 2; ++i) {
+      int d = devices[i];
+      if (d >= 0 && d != current && (i == 0 || d != devices[0])) waitDeviceIdle(d);
+    }
+  }
+  AccessWindow window;
+  // memmove: a device-to-device copy within one allocation may overlap.
+  std::memmove(dst, src, count);
+  return mydevSuccess;
+}
+
+mydevError_t mydevMemcpyAsync(void* dst, const void* src, size_t count, mydevMemcpyKind kind,
+                              mydevStream_t stream) {
   if (mydevError_t e = ensureInitialized()) return e;
   if (!validKind(kind)) return mydevErrorInvalidValue;
   std::shared_ptr<mydevStream_st> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
   if (count == 0) return mydevSuccess;
-  if (mydevError_t e = validateCopy(dst, src, count, kind)) return e;
-  return submitToStream(*s, [=] {
-    AccessWindow window;
-    // memmove: a device-to-device copy within one allocation may overlap.
-    std::memmove(dst, src, count);
-    return 0;
-  });
-}
-
-}  // namespace
-
-extern "C" {
-
-// Ordered like CUDA's legacy default stream: it goes through the current
-// device's default stream, so once execution is asynchronous this must also
-// wait for it (today submission already completes the copy). It deliberately
-// leaves the stream's sticky launch error for the next synchronisation.
-mydevError_t mydevMemcpy(void* dst, const void* src, size_t count, mydevMemcpyKind kind) {
-  return copyOnStream(dst, src, count, kind, nullptr);
-}
-
-mydevError_t mydevMemcpyAsync(void* dst, const void* src, size_t count, mydevMemcpyKind kind,
-                              mydevStream_t stream) {
-  return copyOnStream(dst, src, count, kind, stream);
+  int devices[2] = {-1, -1};
+  if (mydevError_t e = validateCopy(dst, src, count, kind, devices)) return e;
+  Task task;
+  task.kind = Task::Kind::kCopy;
+  task.ptr = dst;
+  task.src = src;
+  task.count = count;
+  return submitToStream(s, std::move(task));
 }
 
 mydevError_t mydevMemsetAsync(void* dst, int value, size_t count, mydevStream_t stream) {
@@ -65,11 +84,12 @@ mydevError_t mydevMemsetAsync(void* dst, int value, size_t count, mydevStream_t 
   if (mydevError_t e = resolveStream(stream, &s)) return e;
   if (count == 0) return mydevSuccess;
   if (mydevError_t e = validateRanges({{dst, count, true}})) return e;
-  return submitToStream(*s, [=] {
-    AccessWindow window;
-    std::memset(dst, value, count);
-    return 0;
-  });
+  Task task;
+  task.kind = Task::Kind::kMemset;
+  task.ptr = dst;
+  task.value = value;
+  task.count = count;
+  return submitToStream(s, std::move(task));
 }
 
 }  // extern "C"

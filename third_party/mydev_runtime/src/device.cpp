@@ -83,8 +83,18 @@ bool parseByteSize(const std::string& s, size_t* out) {
   return true;
 }
 
+// "0" or "1"; anything else warns and means 0.
+bool parseFlag(const char* var) {
+  const char* raw = std::getenv(var);
+  if (!raw || !*raw) return false;
+  std::string v = trimmed(raw);
+  if (v == "1") return true;
+  if (v != "0") warnBadValue(var, raw, "0 (expected 0 or 1)");
+  return false;
+}
+
 Config parseEnvironment() {
-  Config c{kDefaultDeviceCount, kDefaultMemoryLimit, false};
+  Config c{kDefaultDeviceCount, kDefaultMemoryLimit, false, false};
   // An empty variable is treated as unset, the usual shell idiom for clearing one.
   if (const char* raw = std::getenv("MYDEV_DEVICE_COUNT"); raw && *raw) {
     if (!parseDeviceCount(trimmed(raw), &c.device_count)) {
@@ -98,14 +108,8 @@ Config parseEnvironment() {
       warnBadValue("MYDEV_MEMORY_LIMIT", raw, "8G (expected bytes with optional K/M/G/T suffix)");
     }
   }
-  if (const char* raw = std::getenv("MYDEV_STRICT"); raw && *raw) {
-    std::string v = trimmed(raw);
-    if (v == "1") {
-      c.strict = true;
-    } else if (v != "0") {
-      warnBadValue("MYDEV_STRICT", raw, "0 (expected 0 or 1)");
-    }
-  }
+  c.strict = parseFlag("MYDEV_STRICT");
+  c.launch_blocking = parseFlag("MYDEV_LAUNCH_BLOCKING");
   return c;
 }
 
@@ -125,7 +129,7 @@ void onForkChild() {
 void initialise() {
   const Config& c = config();
   initMemoryRegistry();
-  initDefaultStreams();
+  initDefaultStreams();  // also arranges for stream workers to be stopped at exit
   if (c.strict) installStrictFaultHandler();
   pthread_atfork(nullptr, nullptr, onForkChild);
   g_initialized.store(true, std::memory_order_release);

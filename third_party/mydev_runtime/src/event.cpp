@@ -1,7 +1,10 @@
-// Events: markers recorded into a stream, completing when the stream reaches
-// them. Completion is stamped with steady_clock when the marker executes, so
-// elapsed times measure stream progress rather than when Record was called
-// (the same thing today, since streams run inline).
+// Events: markers recorded into a stream, completing when the stream's worker
+// reaches them. Completion is stamped with steady_clock at that moment, so
+// elapsed times measure stream progress rather than when Record was called.
+//
+// Each record is a fresh EventMarker (see internal.h): the event points at its
+// latest one, and waits capture the marker current at their call, so a later
+// re-record never changes what an earlier wait is waiting for.
 #include "internal.h"
 
 #include <chrono>
@@ -10,11 +13,34 @@
 struct mydevEvent_st {
   unsigned flags;
   std::mutex mu;
-  bool recorded = false;
-  bool complete = false;
-  int64_t completed_ns = 0;
-  int device = -1;  // of the stream it was last recorded on; for cross-device waits once async
+  std::shared_ptr<mydev_detail::EventMarker> last;  // latest record; null until recorded
+  int device = -1;  // of the stream it was last recorded on
 };
+
+namespace mydev_detail {
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void completeMarker(EventMarker& m) {
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.completed_ns = nowNs();
+    m.done = true;
+  }
+  // The notifier holds a reference to m (through its task), so m outlives this.
+  m.cv.notify_all();
+}
+
+void waitMarker(EventMarker& m) {
+  std::unique_lock<std::mutex> lock(m.mu);
+  m.cv.wait(lock, [&] { return m.done; });
+}
+
+}  // namespace mydev_detail
 
 using namespace mydev_detail;
 
@@ -41,6 +67,11 @@ mydevError_t resolveEvent(mydevEvent_t handle, std::shared_ptr<mydevEvent_st>* o
   return mydevSuccess;
 }
 
+std::shared_ptr<EventMarker> currentMarker(mydevEvent_st& e) {
+  std::lock_guard<std::mutex> lock(e.mu);
+  return e.last;
+}
+
 struct EventState {
   bool timing;
   bool recorded;
@@ -49,14 +80,15 @@ struct EventState {
 };
 
 EventState snapshot(mydevEvent_st& e) {
-  std::lock_guard<std::mutex> lock(e.mu);
-  return EventState{!(e.flags & mydevEventDisableTiming), e.recorded, e.complete, e.completed_ns};
-}
-
-int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  EventState st{!(e.flags & mydevEventDisableTiming), false, false, 0};
+  std::shared_ptr<EventMarker> m = currentMarker(e);
+  if (m) {
+    std::lock_guard<std::mutex> lock(m->mu);
+    st.recorded = true;
+    st.complete = m->done;
+    st.completed_ns = m->completed_ns;
+  }
+  return st;
 }
 
 }  // namespace
@@ -90,19 +122,26 @@ mydevError_t mydevEventRecord(mydevEvent_t event, mydevStream_t stream) {
   if (mydevError_t e = resolveEvent(event, &ev)) return e;
   std::shared_ptr<mydevStream_st> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
+  // Re-recording replaces the previous marker: incomplete until reached.
+  auto marker = std::make_shared<EventMarker>();
+  std::shared_ptr<EventMarker> previous;
   {
-    // Re-recording replaces the previous marker: incomplete until reached.
     std::lock_guard<std::mutex> lock(ev->mu);
-    ev->recorded = true;
-    ev->complete = false;
+    previous = std::move(ev->last);
+    ev->last = marker;
     ev->device = streamDevice(*s);
   }
-  return submitToStream(*s, [ev] {
+  Task task;
+  task.kind = Task::Kind::kEventRecord;
+  task.marker = marker;
+  mydevError_t err = submitToStream(s, std::move(task));
+  if (err == mydevErrorInvalidResourceHandle) {
+    // The stream was destroyed meanwhile and the marker will never run: undo,
+    // so nothing waits for it forever.
     std::lock_guard<std::mutex> lock(ev->mu);
-    ev->completed_ns = nowNs();
-    ev->complete = true;
-    return 0;
-  });
+    if (ev->last == marker) ev->last = std::move(previous);
+  }
+  return err;
 }
 
 mydevError_t mydevEventQuery(mydevEvent_t event) {
@@ -118,7 +157,8 @@ mydevError_t mydevEventSynchronize(mydevEvent_t event) {
   if (mydevError_t e = ensureInitialized()) return e;
   std::shared_ptr<mydevEvent_st> ev;
   if (mydevError_t e = resolveEvent(event, &ev)) return e;
-  // Waiting for completion would go here; inline streams complete at record.
+  // Waits for the record current at this call; never recorded: nothing to wait for.
+  if (std::shared_ptr<EventMarker> m = currentMarker(*ev)) waitMarker(*m);
   return mydevSuccess;
 }
 
@@ -144,9 +184,17 @@ mydevError_t mydevStreamWaitEvent(mydevStream_t stream, mydevEvent_t event) {
   if (mydevError_t e = resolveStream(stream, &s)) return e;
   std::shared_ptr<mydevEvent_st> ev;
   if (mydevError_t e = resolveEvent(event, &ev)) return e;
-  // Inline execution means everything the event marks has already run, so
-  // there is nothing to order. An async version enqueues a wait here.
-  return mydevSuccess;
+  std::shared_ptr<EventMarker> m = currentMarker(*ev);
+  if (!m) return mydevSuccess;  // never recorded: nothing to wait for
+  {
+    std::lock_guard<std::mutex> lock(m->mu);
+    if (m->done) return mydevSuccess;  // already reached: nothing to order
+  }
+  // Later work on `stream` waits, on its worker, for this record (not any later one).
+  Task task;
+  task.kind = Task::Kind::kEventWait;
+  task.marker = std::move(m);
+  return submitToStream(s, std::move(task));
 }
 
 }  // extern "C"

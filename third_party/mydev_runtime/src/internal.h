@@ -5,12 +5,13 @@
 
 #include "mydev_runtime.h"
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace mydev_detail {
 
@@ -19,6 +20,7 @@ struct Config {
   int device_count;
   size_t memory_limit;
   bool strict;
+  bool launch_blocking;  // MYDEV_LAUNCH_BLOCKING=1: every enqueue waits for its task
 };
 
 // Parsed from the environment once, on first call. Does not initialise the
@@ -42,6 +44,7 @@ struct RangeCheck {
   const void* ptr;
   size_t bytes;
   bool device;  // true: must lie in one device allocation; false: must avoid device memory
+  int* device_out = nullptr;  // device ranges only: receives the allocation's device
 };
 // Checks all ranges under one registry lock, in order; the first failure wins.
 mydevError_t validateRanges(std::initializer_list<RangeCheck> ranges);
@@ -67,17 +70,67 @@ bool findDeviceAllocationForSignal(uintptr_t addr, FaultAllocation* out);
 // ---- strict_fault.cpp ------------------------------------------------------
 void installStrictFaultHandler();
 
+// ---- event.cpp / stream.cpp -------------------------------------------------
+// One recording of an event. EventRecord makes a new marker (the event's
+// "generation") and enqueues it; the stream worker completes it. A
+// StreamWaitEvent or EventSynchronize holds the marker current at its call, so
+// re-recording the event later does not change what it waits for.
+struct EventMarker {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;      // guarded by mu
+  int64_t completed_ns = 0;  // steady_clock, guarded by mu
+};
+void completeMarker(EventMarker& m);
+void waitMarker(EventMarker& m);
+int64_t nowNs();
+
 // ---- stream.cpp ----------------------------------------------------------
+// What the submitting thread waits on under MYDEV_LAUNCH_BLOCKING=1.
+struct BlockingWait {
+  bool done = false;  // guarded by the stream's mutex
+  int rc = 0;
+};
+
+// One unit of stream work. A small value type (no per-task std::function) so
+// an enqueue is a lock, a deque push and at most one notify.
+struct Task {
+  // kInlineGate: the place in the queue of a mydevLaunchHostFuncInline; the
+  // worker stops there until the calling thread has run the function.
+  enum class Kind : uint8_t { kLaunch, kCopy, kMemset, kEventRecord, kEventWait, kInlineGate };
+  Kind kind = Kind::kLaunch;
+  int value = 0;                        // memset byte
+  mydevHostFn_t fn = nullptr;           // launch
+  void* ptr = nullptr;                  // launch user_data, copy/memset destination
+  const void* src = nullptr;            // copy source
+  size_t count = 0;                     // copy/memset bytes
+  std::shared_ptr<EventMarker> marker;  // record/wait
+  // Launch label, reported if it fails. Inline rather than a std::string so a
+  // labelled enqueue allocates nothing; longer labels are truncated.
+  static constexpr size_t kLabelCapacity = MYDEV_MAX_LABEL_LENGTH + 1;
+  char label[kLabelCapacity];  // NUL-terminated; "" unless set
+
+  Task() { label[0] = '\0'; }
+  BlockingWait* waiter = nullptr;       // MYDEV_LAUNCH_BLOCKING submitter, or inline gate caller
+};
+
 void initDefaultStreams();
 // NULL resolves to the current device's default stream; anything else must be
 // a live handle. The shared_ptr keeps the stream alive while work is submitted
 // even if another thread destroys the handle meanwhile.
 mydevError_t resolveStream(mydevStream_t handle, std::shared_ptr<mydevStream_st>* out);
 int streamDevice(const mydevStream_st& stream);
-// The one place work enters a stream. Work returns 0 on success; nonzero makes
-// the submission fail with mydevErrorLaunchFailure and sets the sticky error.
-mydevError_t submitToStream(mydevStream_st& stream, const std::function<int()>& work);
+// The one place work enters a stream: enqueues it for the stream's worker and
+// returns at once (under MYDEV_LAUNCH_BLOCKING=1, once the task has run, with
+// mydevErrorLaunchFailure if it was a failing launch).
+mydevError_t submitToStream(const std::shared_ptr<mydevStream_st>& stream, Task&& task);
+// Waits for all work on the device's streams; reports and clears sticky errors.
 mydevError_t synchronizeDevice(int device);
+// Waits for all work enqueued so far on every stream of the device, leaving
+// sticky errors alone (the synchronous copy's ordering).
+void waitDeviceIdle(int device);
+// True on a stream worker thread, i.e. inside a launched function or copy.
+bool onStreamWorker();
 
 }  // namespace mydev_detail
 

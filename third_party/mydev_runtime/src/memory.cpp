@@ -66,10 +66,12 @@ const std::pair<const uintptr_t, Allocation>* findContaining(Registry& r, uintpt
   return nullptr;
 }
 
-bool rangeInsideDeviceAllocation(Registry& r, uintptr_t p, size_t n) {
+bool rangeInsideDeviceAllocation(Registry& r, uintptr_t p, size_t n, int* device_out) {
   const auto* a = findContaining(r, p, /*use_mapped=*/false);
   if (!a || !a->second.is_device()) return false;
-  return n <= a->second.size - (p - a->first);
+  if (n > a->second.size - (p - a->first)) return false;
+  if (device_out) *device_out = a->second.device;
+  return true;
 }
 
 // Host ranges are checked against mapped extents: the rounding tail is device
@@ -110,7 +112,7 @@ mydevError_t validateRanges(std::initializer_list<RangeCheck> ranges) {
   for (const RangeCheck& c : ranges) {
     uintptr_t p = reinterpret_cast<uintptr_t>(c.ptr);
     if (c.device) {
-      if (!rangeInsideDeviceAllocation(r, p, c.bytes)) return mydevErrorInvalidDevicePointer;
+      if (!rangeInsideDeviceAllocation(r, p, c.bytes, c.device_out)) return mydevErrorInvalidDevicePointer;
     } else {
       // A null or wrapping host range would fault in the copy itself.
       if (!c.ptr || p + c.bytes < p) return mydevErrorInvalidValue;

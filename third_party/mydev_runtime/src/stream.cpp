@@ -1,45 +1,94 @@
-// Streams: ordered queues of device work, each on one device.
+// Streams: ordered queues of device work, each on one device, each executed by
+// its own worker thread.
 //
-// This version executes work inline, in the submitting thread, before the
-// submitting call returns. The state below (pending count, sticky error) is
-// what a worker-thread implementation needs too, so the API and its error
-// reporting already behave as they will when execution becomes asynchronous.
+// A stream's worker is started by the first enqueue (so a process that never
+// launches anything, or a child forked before initialisation, pays nothing)
+// and runs tasks strictly in FIFO order. Submitting is a lock, a deque push and
+// a notify only when the worker sleeps. After draining its queue the worker
+// spins briefly (bursts of launches then cost no futex wake) and then sleeps.
+//
+// Counters: `enqueued` and `completed` only grow, and are written under the
+// stream's mutex (atomics so spinning waiters can read them without it).
+// Synchronising means waiting until `completed` reaches the `enqueued` value
+// seen at the call; work enqueued concurrently by other threads is not waited for.
 #include "internal.h"
 
+#include <cxxabi.h>
+
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
 #include <unordered_map>
 #include <vector>
+
+using mydev_detail::Task;
 
 struct mydevStream_st {
   int device;
   int priority;
   uint64_t id;
+  std::atomic<unsigned> delay_us{0};  // mydevTestSetStreamDelay
+
   std::mutex mu;
-  // Work submitted and not yet finished. Always 0 while execution is inline.
-  uint64_t pending = 0;
-  // First launch failure since the last synchronisation, reported once by it.
+  std::condition_variable work_cv;  // the worker waits here for tasks
+  std::condition_variable done_cv;  // synchronisers and blocking submitters wait here
+  // Everything below is guarded by mu (the atomics are only written under it).
+  std::deque<Task> queue;
+  std::atomic<uint64_t> enqueued{0};
+  std::atomic<uint64_t> completed{0};
+  std::thread worker;
+  bool worker_started = false;
+  bool worker_sleeping = false;  // blocked on work_cv: the next enqueue must notify
+  bool worker_exited = false;
+  bool stopping = false;   // destroyed or exiting: the worker leaves once the queue is empty
+  bool abandoned = false;  // process exit: queue dropped, later work runs inline
+  int waiters = 0;         // threads blocked on done_cv
+  int inline_held = 0;     // a LaunchHostFuncInline is running: the worker must not start work
+  // First launch failure since the last synchronisation, reported once by it,
+  // and the label of that launch (kept after reporting, until the next failure).
   mydevError_t sticky_error = mydevSuccess;
+  std::string error_label;
+
+  ~mydevStream_st() {
+    // Unreachable with a running worker (it holds a reference to its stream),
+    // but never let a joinable std::thread terminate the process.
+    if (worker.joinable()) worker.detach();
+  }
 };
 
 namespace mydev_detail {
 namespace {
 
+using S = mydevStream_st;
+
 constexpr int kLeastPriority = 0;
 constexpr int kGreatestPriority = -1;
+// How long an idle worker spins before sleeping: long enough to bridge the
+// host's usual gap between two launches (waking a sleeping worker costs a
+// futex wake, several microseconds), short enough not to burn a core.
+constexpr int64_t kWorkerSpinNs = 50000;
+// How long a synchroniser spins before blocking.
+constexpr int64_t kSyncSpinNs = 20000;
+// How long process exit waits for workers to finish the task they are running.
+constexpr auto kExitGrace = std::chrono::seconds(1);
 
 struct StreamTable {
   std::mutex mu;
-  std::unordered_map<mydevStream_st*, std::shared_ptr<mydevStream_st>> live;  // user-created
-  std::vector<std::shared_ptr<mydevStream_st>> defaults;                     // one per device
-  std::atomic<uint64_t> next_id{1};                                          // 0: default streams
+  std::unordered_map<S*, std::shared_ptr<S>> live;  // user-created
+  std::vector<std::shared_ptr<S>> defaults;         // one per device
+  std::atomic<uint64_t> next_id{1};                 // 0: default streams
 };
 
-// Leaked on purpose, for the same exit-order reason as the memory registry.
+// Leaked on purpose, for the same exit-order reason as the memory registry
+// (and so stream workers still running at exit never see their stream freed).
 StreamTable& table() {
   static StreamTable* t = [] {
     auto* st = new StreamTable();
     for (int d = 0; d < config().device_count; ++d) {
-      auto s = std::make_shared<mydevStream_st>();
+      auto s = std::make_shared<S>();
       s->device = d;
       s->priority = kLeastPriority;
       s->id = 0;
@@ -50,21 +99,292 @@ StreamTable& table() {
   return *t;
 }
 
-mydevError_t takeStickyError(mydevStream_st& s) {
+// The stream whose worker this thread is (or whose LaunchHostFuncInline it is
+// running); null otherwise.
+thread_local S* t_worker_stream = nullptr;
+
+// Set once process exit has stopped the workers: from then on work runs
+// inline, even on streams created later (say, by a static destructor).
+std::atomic<bool> g_exiting{false};
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until done() or for about `ns`; returns done(). After a short busy
+// phase it yields, so that when the thread it waits for shares its core (a
+// loaded machine) that thread gets to run instead of waiting out the spin.
+template <class Pred>
+bool spinUntil(Pred done, int64_t ns) {
+  const auto start = std::chrono::steady_clock::now();
+  for (unsigned i = 1;; ++i) {
+    if (done()) return true;
+    if (i < 256) {
+      cpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+    if ((i & 63) == 0 && std::chrono::steady_clock::now() - start > std::chrono::nanoseconds(ns)) {
+      return done();
+    }
+  }
+}
+
+// Restores the caller's current device after a launched function, which runs
+// "on" its stream's device as a kernel would.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : saved_(currentDevice()) { setCurrentDevice(device); }
+  ~DeviceGuard() { setCurrentDevice(saved_); }
+
+ private:
+  int saved_;
+};
+
+// A launched function's body: on the stream's device, memory accessible, and
+// an exception escaping it (a "kernel" crashing) turned into its failure.
+int callLaunched(int device, mydevHostFn_t fn, void* user_data) {
+  DeviceGuard guard(device);
+  AccessWindow window;
+  try {
+    return fn(user_data);
+  } catch (abi::__forced_unwind&) {
+    throw;  // thread cancellation must keep unwinding
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Executes one task; nonzero means a failed launch.
+int runTask(const S& s, Task& t) {
+  switch (t.kind) {
+    case Task::Kind::kLaunch:
+      return callLaunched(s.device, t.fn, t.ptr);
+    case Task::Kind::kCopy: {
+      AccessWindow window;
+      // memmove: a device-to-device copy within one allocation may overlap.
+      std::memmove(t.ptr, t.src, t.count);
+      return 0;
+    }
+    case Task::Kind::kMemset: {
+      AccessWindow window;
+      std::memset(t.ptr, t.value, t.count);
+      return 0;
+    }
+    case Task::Kind::kEventRecord:
+      return 0;  // completed by the worker loop, once the task is counted
+    case Task::Kind::kEventWait:
+      waitMarker(*t.marker);
+      return 0;
+    case Task::Kind::kInlineGate:
+      return 0;  // handled by the worker loop
+  }
+  return 0;
+}
+
+// Caller holds s.mu.
+void recordFailure(S& s, const char* label) {
+  if (s.sticky_error != mydevSuccess) return;  // the first failure is the one reported
+  s.sticky_error = mydevErrorLaunchFailure;
+  s.error_label = label;
+}
+
+void workerLoop(std::shared_ptr<S> keep_alive) {
+  S& s = *keep_alive;
+  t_worker_stream = &s;
+  setCurrentDevice(s.device);
+  std::unique_lock<std::mutex> lock(s.mu);
+  for (;;) {
+    if (s.inline_held > 0 && !s.abandoned) {
+      // A host thread is running a LaunchHostFuncInline in this stream's order.
+      s.work_cv.wait(lock, [&] { return s.inline_held == 0 || s.abandoned; });
+      continue;
+    }
+    if (s.queue.empty()) {
+      if (s.stopping) break;
+      const uint64_t seen = s.completed.load(std::memory_order_relaxed);
+      lock.unlock();
+      spinUntil([&] { return s.enqueued.load(std::memory_order_acquire) != seen; }, kWorkerSpinNs);
+      lock.lock();
+      while (s.queue.empty() && !s.stopping) {
+        s.worker_sleeping = true;
+        s.work_cv.wait(lock);
+      }
+      s.worker_sleeping = false;
+      continue;
+    }
+    if (s.queue.front().kind == Task::Kind::kInlineGate) {
+      // Hand the stream to the inline caller, who counts the gate completed
+      // when its function returns.
+      ++s.inline_held;
+      BlockingWait* gate = s.queue.front().waiter;
+      gate->rc = 1;  // held
+      gate->done = true;
+      s.queue.pop_front();
+      s.done_cv.notify_all();
+      continue;
+    }
+    if (unsigned delay = s.delay_us.load(std::memory_order_relaxed)) {
+      // Test hook. Interruptible by process exit, which drops the queue.
+      s.work_cv.wait_for(lock, std::chrono::microseconds(delay), [&] { return s.abandoned; });
+      if (s.queue.empty()) continue;
+    }
+    int rc;
+    BlockingWait* waiter;
+    std::shared_ptr<EventMarker> reached_marker;
+    char failed_label[Task::kLabelCapacity];
+    {
+      Task task = std::move(s.queue.front());
+      s.queue.pop_front();
+      lock.unlock();
+      rc = runTask(s, task);
+      waiter = task.waiter;
+      if (task.kind == Task::Kind::kEventRecord) reached_marker = std::move(task.marker);
+      if (rc != 0) std::memcpy(failed_label, task.label, std::strlen(task.label) + 1);
+    }  // the task is released outside the lock
+    lock.lock();
+    if (rc != 0) recordFailure(s, failed_label);
+    s.completed.store(s.completed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    // Under the stream lock and after counting the task, so whoever sees the
+    // event complete also sees the stream past it (lock order: stream, marker).
+    if (reached_marker) completeMarker(*reached_marker);
+    if (waiter) {
+      waiter->rc = rc;
+      waiter->done = true;
+    }
+    if (s.waiters) s.done_cv.notify_all();
+  }
+  s.worker_exited = true;
+  s.done_cv.notify_all();
+}
+
+// Starts the stream's worker if it has none. Caller holds s.mu. False if no
+// thread could be created.
+bool ensureWorker(const std::shared_ptr<S>& sp) {
+  S& s = *sp;
+  if (s.worker_started) return true;
+  try {
+    s.worker = std::thread(workerLoop, sp);
+  } catch (...) {
+    return false;
+  }
+  s.worker_started = true;
+  return true;
+}
+
+// Runs a task in the calling thread: the fallback when no worker can run it
+// (none could be started, or the process is exiting). Nothing is pending then,
+// so order is preserved.
+mydevError_t runInline(S& s, Task& t) {
+  int rc = runTask(s, t);
+  if (t.kind == Task::Kind::kEventRecord) completeMarker(*t.marker);
+  if (rc == 0) return mydevSuccess;
+  std::lock_guard<std::mutex> lock(s.mu);
+  recordFailure(s, t.label);
+  return config().launch_blocking ? mydevErrorLaunchFailure : mydevSuccess;
+}
+
+// Waits until everything enqueued on s before the call has completed. Never
+// waits for the calling worker's own stream, which would deadlock.
+void waitIdle(S& s) {
+  if (t_worker_stream == &s) return;
+  const uint64_t target = s.enqueued.load(std::memory_order_acquire);
+  auto reached = [&] { return s.completed.load(std::memory_order_acquire) >= target; };
+  if (spinUntil(reached, kSyncSpinNs)) return;
+  std::unique_lock<std::mutex> lock(s.mu);
+  ++s.waiters;
+  s.done_cv.wait(lock, reached);
+  --s.waiters;
+}
+
+mydevError_t takeStickyError(S& s) {
   std::lock_guard<std::mutex> lock(s.mu);
   mydevError_t e = s.sticky_error;
   s.sticky_error = mydevSuccess;
   return e;
 }
 
-// Waiting for pending work would go here; inline execution leaves none.
-mydevError_t synchronizeStream(mydevStream_st& s) { return takeStickyError(s); }
+mydevError_t synchronizeStream(S& s) {
+  waitIdle(s);
+  return takeStickyError(s);
+}
+
+std::vector<std::shared_ptr<S>> deviceStreams(int device) {
+  StreamTable& t = table();
+  std::vector<std::shared_ptr<S>> streams{t.defaults[static_cast<size_t>(device)]};
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (const auto& [handle, s] : t.live) {
+    if (s->device == device) streams.push_back(s);
+  }
+  return streams;
+}
+
+// Process exit: drop queued work, let workers finish the task in hand (for a
+// bounded time) and join them. A worker stuck in a task is left running; the
+// process ends it. Pending work never delays exit by more than kExitGrace.
+void stopWorkersAtExit() {
+  // A poisoned child inherited this handler but not the threads.
+  if (inPoisonedChild()) return;
+  g_exiting.store(true);
+  StreamTable& t = table();
+  std::vector<std::shared_ptr<S>> streams;
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    streams = t.defaults;
+    for (const auto& [handle, s] : t.live) streams.push_back(s);
+  }
+  for (const auto& s : streams) {
+    std::deque<Task> dropped;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->stopping = true;
+      s->abandoned = true;
+      dropped.swap(s->queue);
+      uint64_t gates = 0;
+      for (Task& task : dropped) {
+        if (task.waiter) task.waiter->done = true;
+        // A released inline caller runs its function and counts its gate itself.
+        if (task.kind == Task::Kind::kInlineGate) ++gates;
+      }
+      s->completed.store(s->completed.load(std::memory_order_relaxed) + dropped.size() - gates,
+                         std::memory_order_release);
+    }
+    s->work_cv.notify_all();
+    s->done_cv.notify_all();
+    // Dropped markers complete, so nothing (a worker in a StreamWaitEvent, a
+    // thread in EventSynchronize) waits for them forever.
+    for (Task& task : dropped) {
+      if (task.kind == Task::Kind::kEventRecord) completeMarker(*task.marker);
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kExitGrace;
+  for (const auto& s : streams) {
+    std::unique_lock<std::mutex> lock(s->mu);
+    if (!s->worker_started || t_worker_stream == s.get()) continue;
+    ++s->waiters;
+    bool exited = s->done_cv.wait_until(lock, deadline, [&] { return s->worker_exited; });
+    --s->waiters;
+    if (!exited) continue;
+    std::thread worker = std::move(s->worker);
+    lock.unlock();
+    if (worker.joinable()) worker.join();
+  }
+}
 
 }  // namespace
 
-void initDefaultStreams() { (void)table(); }
+void initDefaultStreams() {
+  (void)table();
+  std::atexit(stopWorkersAtExit);
+}
 
-mydevError_t resolveStream(mydevStream_t handle, std::shared_ptr<mydevStream_st>* out) {
+bool onStreamWorker() { return t_worker_stream != nullptr; }
+
+mydevError_t resolveStream(mydevStream_t handle, std::shared_ptr<S>* out) {
   StreamTable& t = table();
   if (!handle) {
     *out = t.defaults[static_cast<size_t>(currentDevice())];
@@ -77,32 +397,126 @@ mydevError_t resolveStream(mydevStream_t handle, std::shared_ptr<mydevStream_st>
   return mydevSuccess;
 }
 
-int streamDevice(const mydevStream_st& stream) { return stream.device; }
+int streamDevice(const S& stream) { return stream.device; }
 
-mydevError_t submitToStream(mydevStream_st& s, const std::function<int()>& work) {
-  if (work() == 0) return mydevSuccess;
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (s.sticky_error == mydevSuccess) s.sticky_error = mydevErrorLaunchFailure;
-  return mydevErrorLaunchFailure;
+mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
+  S& s = *sp;
+  // Waiting for its own stream from inside one of its tasks would deadlock.
+  const bool blocking = config().launch_blocking && t_worker_stream != &s;
+  BlockingWait wait;
+  if (blocking) task.waiter = &wait;
+
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (s.abandoned || (!s.worker_started && g_exiting.load(std::memory_order_relaxed))) {
+    lock.unlock();
+    task.waiter = nullptr;
+    return runInline(s, task);
+  }
+  if (s.stopping) return mydevErrorInvalidResourceHandle;  // destroyed meanwhile
+  if (!ensureWorker(sp)) {
+    lock.unlock();
+    task.waiter = nullptr;
+    return runInline(s, task);
+  }
+  s.queue.push_back(std::move(task));
+  s.enqueued.store(s.enqueued.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  const bool wake = s.worker_sleeping;
+  s.worker_sleeping = false;  // one notify is enough
+  if (!blocking) {
+    lock.unlock();
+    if (wake) s.work_cv.notify_one();
+    return mydevSuccess;
+  }
+  if (wake) s.work_cv.notify_one();
+  ++s.waiters;
+  s.done_cv.wait(lock, [&] { return wait.done; });
+  --s.waiters;
+  return wait.rc ? mydevErrorLaunchFailure : mydevSuccess;
+}
+
+mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, void* user_data) {
+  S& s = *sp;
+  // Inside one of the stream's own tasks everything before is done already.
+  if (t_worker_stream == &s) return callLaunched(s.device, fn, user_data) ? mydevErrorLaunchFailure : mydevSuccess;
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (!s.abandoned && s.stopping) return mydevErrorInvalidResourceHandle;
+  // counted: this call is one unit of the stream's work (enqueued now,
+  // completed when fn returns); held: we hold the worker while fn runs.
+  const bool counted = !s.abandoned;
+  bool held = false;
+  if (counted) {
+    const uint64_t before = s.enqueued.load(std::memory_order_relaxed);
+    s.enqueued.store(before + 1, std::memory_order_release);
+    if (s.completed.load(std::memory_order_relaxed) == before) {
+      ++s.inline_held;  // idle: hold the worker (if any) without a handoff
+      held = true;
+    } else if (!ensureWorker(sp)) {
+      // No worker to place a gate for (only other inline calls can be
+      // pending then): wait for the stream to be idle and free.
+      ++s.waiters;
+      s.done_cv.wait(lock, [&] {
+        return s.completed.load(std::memory_order_relaxed) == before && s.inline_held == 0;
+      });
+      --s.waiters;
+      ++s.inline_held;
+      held = true;
+    } else {
+      // Work is pending: queue a gate and wait for the worker to reach it and hold.
+      BlockingWait reached;
+      Task gate;
+      gate.kind = Task::Kind::kInlineGate;
+      gate.waiter = &reached;
+      s.queue.push_back(std::move(gate));
+      const bool wake = s.worker_sleeping;
+      s.worker_sleeping = false;
+      if (wake) s.work_cv.notify_one();
+      ++s.waiters;
+      s.done_cv.wait(lock, [&] { return reached.done; });
+      --s.waiters;
+      held = reached.rc == 1;  // else process exit dropped the gate
+    }
+  }
+  lock.unlock();
+  // Completes this unit and releases the worker when fn returns (or unwinds).
+  struct Release {
+    S& s;
+    bool counted, held;
+    S* saved_worker_stream;
+    ~Release() {
+      t_worker_stream = saved_worker_stream;
+      if (!counted) return;
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        if (held) --s.inline_held;
+        s.completed.store(s.completed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+        if (s.waiters) s.done_cv.notify_all();
+      }
+      s.work_cv.notify_all();  // let the worker go on
+    }
+  } release{s, counted, held, t_worker_stream};
+  // While fn runs this thread is "in" the stream, as its worker would be:
+  // nested enqueues do not block and synchronising the stream does not wait
+  // for fn itself.
+  t_worker_stream = &s;
+  const int rc = callLaunched(s.device, fn, user_data);
+  return rc ? mydevErrorLaunchFailure : mydevSuccess;
 }
 
 mydevError_t synchronizeDevice(int device) {
-  StreamTable& t = table();
-  std::vector<std::shared_ptr<mydevStream_st>> streams{t.defaults[static_cast<size_t>(device)]};
-  {
-    std::lock_guard<std::mutex> lock(t.mu);
-    for (const auto& [handle, s] : t.live) {
-      if (s->device == device) streams.push_back(s);
-    }
-  }
-  // Every stream is synchronised (and its sticky error cleared) even after
-  // the first failure, so one DeviceSynchronize reports a failure once.
+  std::vector<std::shared_ptr<S>> streams = deviceStreams(device);
+  for (const auto& s : streams) waitIdle(*s);
+  // Every stream's sticky error is cleared even after the first failure, so
+  // one DeviceSynchronize reports a failure once.
   mydevError_t first = mydevSuccess;
   for (const auto& s : streams) {
-    mydevError_t e = synchronizeStream(*s);
+    mydevError_t e = takeStickyError(*s);
     if (first == mydevSuccess) first = e;
   }
   return first;
+}
+
+void waitDeviceIdle(int device) {
+  for (const auto& s : deviceStreams(device)) waitIdle(*s);
 }
 
 }  // namespace mydev_detail
@@ -111,16 +525,38 @@ using namespace mydev_detail;
 
 namespace {
 
-// Restores the caller's current device after a launched function, which runs
-// "on" its stream's device as a kernel would.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : saved_(currentDevice()) { setCurrentDevice(device); }
-  ~DeviceGuard() { setCurrentDevice(saved_); }
-
- private:
-  int saved_;
-};
+mydevError_t launch(mydevStream_t stream, mydevHostFn_t fn, void* user_data, const char* label) {
+  if (mydevError_t e = ensureInitialized()) return e;
+  if (!fn) return mydevErrorInvalidValue;
+  std::shared_ptr<S> s;
+  if (mydevError_t e = resolveStream(stream, &s)) return e;
+  if (config().launch_blocking && t_worker_stream != s.get()) {
+    // Synchronous launches run in the caller, in stream order: handing each one
+    // to the worker and sleeping until it is done costs two thread wake-ups.
+    // The test delay stands for device time, which a synchronous launch waits out too.
+    if (unsigned us = s->delay_us.load(std::memory_order_relaxed)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+    }
+    const mydevError_t rc = runInStreamOrder(s, fn, user_data);
+    if (rc == mydevErrorLaunchFailure) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      // Truncated as queued labels are (Task::label).
+      const std::string kept(label ? label : "", label ? strnlen(label, MYDEV_MAX_LABEL_LENGTH) : 0);
+      recordFailure(*s, kept.c_str());
+    }
+    return rc;
+  }
+  Task task;
+  task.kind = Task::Kind::kLaunch;
+  task.fn = fn;
+  task.ptr = user_data;
+  if (label) {
+    size_t n = strnlen(label, sizeof(task.label) - 1);
+    std::memcpy(task.label, label, n);
+    task.label[n] = '\0';
+  }
+  return submitToStream(s, std::move(task));
+}
 
 }  // namespace
 
@@ -142,7 +578,7 @@ mydevError_t mydevStreamCreateWithPriority(mydevStream_t* stream, int priority) 
   if (priority > kLeastPriority) priority = kLeastPriority;
   if (priority < kGreatestPriority) priority = kGreatestPriority;
   StreamTable& t = table();
-  auto s = std::make_shared<mydevStream_st>();
+  auto s = std::make_shared<S>();
   s->device = currentDevice();
   s->priority = priority;
   s->id = t.next_id.fetch_add(1);
@@ -157,16 +593,39 @@ mydevError_t mydevStreamDestroy(mydevStream_t stream) {
   // NULL means the default stream, which belongs to the runtime.
   if (!stream) return mydevErrorInvalidResourceHandle;
   StreamTable& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
-  // Pending work (none while inline) would finish first: submitters hold
-  // their own references, so erasing the handle does not free it under them.
-  return t.live.erase(stream) ? mydevSuccess : mydevErrorInvalidResourceHandle;
+  std::shared_ptr<S> s;
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    auto it = t.live.find(stream);
+    if (it == t.live.end()) return mydevErrorInvalidResourceHandle;
+    s = std::move(it->second);
+    t.live.erase(it);
+  }
+  // From here new submissions fail; queued work still runs, then the worker
+  // leaves. Its pending sticky error, if any, is dropped with the stream.
+  std::unique_lock<std::mutex> lock(s->mu);
+  s->stopping = true;
+  s->work_cv.notify_all();
+  if (!s->worker_started) return mydevSuccess;
+  if (t_worker_stream == s.get()) {
+    // Destroyed from one of its own tasks: the worker (which holds its own
+    // reference) drains the queue after this task and exits on its own.
+    if (s->worker.joinable()) s->worker.detach();
+    return mydevSuccess;
+  }
+  ++s->waiters;
+  s->done_cv.wait(lock, [&] { return s->worker_exited; });
+  --s->waiters;
+  std::thread worker = std::move(s->worker);  // empty if process exit took it
+  lock.unlock();
+  if (worker.joinable()) worker.join();
+  return mydevSuccess;
 }
 
 mydevError_t mydevStreamGetDevice(mydevStream_t stream, int* device) {
   if (mydevError_t e = ensureInitialized()) return e;
   if (!device) return mydevErrorInvalidValue;
-  std::shared_ptr<mydevStream_st> s;
+  std::shared_ptr<S> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
   *device = s->device;
   return mydevSuccess;
@@ -175,7 +634,7 @@ mydevError_t mydevStreamGetDevice(mydevStream_t stream, int* device) {
 mydevError_t mydevStreamGetPriority(mydevStream_t stream, int* priority) {
   if (mydevError_t e = ensureInitialized()) return e;
   if (!priority) return mydevErrorInvalidValue;
-  std::shared_ptr<mydevStream_st> s;
+  std::shared_ptr<S> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
   *priority = s->priority;
   return mydevSuccess;
@@ -183,30 +642,57 @@ mydevError_t mydevStreamGetPriority(mydevStream_t stream, int* priority) {
 
 mydevError_t mydevStreamSynchronize(mydevStream_t stream) {
   if (mydevError_t e = ensureInitialized()) return e;
-  std::shared_ptr<mydevStream_st> s;
+  std::shared_ptr<S> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
   return synchronizeStream(*s);
 }
 
 mydevError_t mydevStreamQuery(mydevStream_t stream) {
   if (mydevError_t e = ensureInitialized()) return e;
-  std::shared_ptr<mydevStream_st> s;
+  std::shared_ptr<S> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
-  std::lock_guard<std::mutex> lock(s->mu);
-  return s->pending ? mydevErrorNotReady : mydevSuccess;
+  // completed is read first: both only grow, so this never reports a stream
+  // idle while something enqueued before the call is unfinished.
+  uint64_t done = s->completed.load(std::memory_order_acquire);
+  uint64_t queued = s->enqueued.load(std::memory_order_acquire);
+  return done < queued ? mydevErrorNotReady : mydevSuccess;
 }
 
 mydevError_t mydevLaunchHostFunc(mydevStream_t stream, mydevHostFn_t fn, void* user_data) {
+  return launch(stream, fn, user_data, nullptr);
+}
+
+mydevError_t mydevLaunchHostFuncLabeled(mydevStream_t stream, mydevHostFn_t fn, void* user_data,
+                                        const char* label) {
+  return launch(stream, fn, user_data, label);
+}
+
+mydevError_t mydevLaunchHostFuncInline(mydevStream_t stream, mydevHostFn_t fn, void* user_data) {
   if (mydevError_t e = ensureInitialized()) return e;
   if (!fn) return mydevErrorInvalidValue;
-  std::shared_ptr<mydevStream_st> s;
+  std::shared_ptr<S> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
-  int device = s->device;
-  return submitToStream(*s, [=] {
-    DeviceGuard guard(device);
-    AccessWindow window;
-    return fn(user_data);
-  });
+  return runInStreamOrder(s, fn, user_data);
+}
+
+mydevError_t mydevStreamGetErrorLabel(mydevStream_t stream, char* buf, size_t len) {
+  if (mydevError_t e = ensureInitialized()) return e;
+  if (!buf || len == 0) return mydevErrorInvalidValue;
+  std::shared_ptr<S> s;
+  if (mydevError_t e = resolveStream(stream, &s)) return e;
+  std::lock_guard<std::mutex> lock(s->mu);
+  size_t n = s->error_label.size() < len - 1 ? s->error_label.size() : len - 1;
+  std::memcpy(buf, s->error_label.data(), n);
+  buf[n] = '\0';
+  return mydevSuccess;
+}
+
+mydevError_t mydevTestSetStreamDelay(mydevStream_t stream, unsigned microseconds) {
+  if (mydevError_t e = ensureInitialized()) return e;
+  std::shared_ptr<S> s;
+  if (mydevError_t e = resolveStream(stream, &s)) return e;
+  s->delay_us.store(microseconds, std::memory_order_relaxed);
+  return mydevSuccess;
 }
 
 }  // extern "C"

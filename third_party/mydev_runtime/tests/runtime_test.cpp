@@ -7,6 +7,9 @@
 //   runtime_test strict-fault        touches device memory from host code: must abort
 //   runtime_test strict-other-segv   an unrelated segfault in strict mode: must stay SIGSEGV
 //   runtime_test fork                fork before and after initialisation
+//   runtime_test blocking            MYDEV_LAUNCH_BLOCKING=1 behaviour (needs it set)
+//   runtime_test exit-pending        exits with queued work: must exit promptly, dropping it
+//   runtime_test exit-stuck          exits while a launched function is stuck: must not hang
 #include "mydev_runtime.h"
 
 #include <errno.h>
@@ -14,11 +17,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,6 +71,44 @@ int deviceCount() {
 }
 
 size_t pageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+// MYDEV_LAUNCH_BLOCKING=1: every enqueue returns once its work ran. The suite
+// runs in both modes and checks what each promises.
+bool launchBlocking() {
+  const char* v = std::getenv("MYDEV_LAUNCH_BLOCKING");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+// What a failing launch itself returns.
+mydevError_t launchFailureAtLaunch() { return launchBlocking() ? mydevErrorLaunchFailure : mydevSuccess; }
+
+mydevStream_t newStream(int device = -1, int priority = 0) {
+  int saved = 0;
+  CHECK_OK(mydevGetDevice(&saved));
+  if (device >= 0) CHECK_OK(mydevSetDevice(device));
+  mydevStream_t s = nullptr;
+  CHECK_OK(mydevStreamCreateWithPriority(&s, priority));
+  CHECK_OK(mydevSetDevice(saved));
+  return s;
+}
+
+std::string errorLabel(mydevStream_t s) {
+  char buf[128];
+  std::memset(buf, 'x', sizeof(buf));
+  CHECK_OK(mydevStreamGetErrorLabel(s, buf, sizeof(buf)));
+  return buf;
+}
+
+int setFlagKernel(void* ud) {
+  static_cast<std::atomic<int>*>(ud)->fetch_add(1);
+  return 0;
+}
+
+int noopKernel(void*) { return 0; }
+
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 size_t freeBytes(int device) {
   int saved;
@@ -143,9 +186,19 @@ void testForkBeforeInitIsUsable() {
     CHILD_CHECK(mydevMemcpy(d, in, 64, mydevMemcpyHostToDevice) == mydevSuccess, 12);
     CHILD_CHECK(mydevMemcpy(out, d, 64, mydevMemcpyDeviceToHost) == mydevSuccess, 13);
     CHILD_CHECK(std::memcmp(in, out, 64) == 0, 14);
+    std::atomic<int> flag{0};
+    CHILD_CHECK(mydevLaunchHostFunc(nullptr, setFlagKernel, &flag) == mydevSuccess, 17);
+    CHILD_CHECK(mydevStreamSynchronize(nullptr) == mydevSuccess, 18);
+    CHILD_CHECK(flag.load() == 1, 19);
     CHILD_CHECK(mydevFree(d) == mydevSuccess, 15);
     CHILD_CHECK(mydevIsInitialized(), 16);
-    _exit(0);
+    // Leave work queued (blocking mode would wait for it here) and exit
+    // normally: the child's own workers are stopped at exit without hanging.
+    if (!launchBlocking()) {
+      CHILD_CHECK(mydevTestSetStreamDelay(nullptr, 60 * 1000 * 1000) == mydevSuccess, 20);
+      CHILD_CHECK(mydevLaunchHostFunc(nullptr, setFlagKernel, &flag) == mydevSuccess, 21);
+    }
+    std::exit(0);
   }
   waitChildOk(pid);
   CHECK(!mydevIsInitialized());  // the child's use is not the parent's
@@ -428,7 +481,9 @@ void testCopiesRoundTrip() {
   void* pinned = nullptr;
   CHECK_OK(mydevHostAlloc(&pinned, n));
   CHECK_OK(mydevMemsetAsync(a, 0xab, n, s));
+  CHECK_OK(mydevStreamSynchronize(s));  // streams are not ordered with each other
   CHECK_OK(mydevMemsetAsync(a, 0x11, 10, nullptr));
+  CHECK_OK(mydevStreamSynchronize(nullptr));
   CHECK_OK(mydevMemcpyAsync(pinned, a, n, mydevMemcpyDeviceToHost, s));
   CHECK_OK(mydevStreamSynchronize(s));
   const unsigned char* pb = static_cast<const unsigned char*>(pinned);
@@ -451,7 +506,7 @@ void testCopiesRoundTrip() {
     CHECK(back == src);
     CHECK_OK(mydevMemsetAsync(a, 0, n, s));
     CHECK_OK(mydevMemcpyAsync(a, c, n, mydevMemcpyDeviceToDevice, s));  // back from device 1
-    CHECK_OK(mydevMemcpy(back.data(), a, n, mydevMemcpyDeviceToHost));
+    CHECK_OK(mydevMemcpy(back.data(), a, n, mydevMemcpyDeviceToHost));  // waits for s
     CHECK(back == src);
     CHECK_OK(mydevFree(c));
   }
@@ -631,8 +686,9 @@ int writeKernel(void* ud) {
   return 0;
 }
 
+// Counts its calls; several streams' workers may share one counter.
 int failingKernel(void* ud) {
-  ++*static_cast<int*>(ud);
+  static_cast<std::atomic<int>*>(ud)->fetch_add(1);
   return 3;
 }
 
@@ -655,29 +711,38 @@ void testLaunch() {
   CHECK(args.calls == 2);
   CHECK_ERR(mydevLaunchHostFunc(s, nullptr, nullptr), mydevErrorInvalidValue);
 
-  // A failure is returned by the launch and, once, by the next synchronisation.
-  int failures = 0;
-  CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), mydevErrorLaunchFailure);
+  // A failure is reported once by the next synchronisation (and, in blocking
+  // mode, by the launch itself).
+  std::atomic<int> failures{0};
+  mydevEvent_t done = nullptr;
+  CHECK_OK(mydevEventCreateWithFlags(&done, mydevEventDisableTiming));
+  CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), launchFailureAtLaunch());
+  CHECK_OK(mydevEventRecord(done, s));
+  CHECK_OK(mydevEventSynchronize(done));  // waits without consuming it
   CHECK(failures == 1);
   CHECK_OK(mydevStreamQuery(s));  // querying does not consume it
   CHECK_OK(mydevStreamSynchronize(nullptr));  // another stream is not affected
   CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);
   CHECK_OK(mydevStreamSynchronize(s));  // cleared
   CHECK_OK(mydevDeviceSynchronize());
+  CHECK_OK(mydevEventDestroy(done));
 
   // DeviceSynchronize reports it too, and clears it for the stream.
-  CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), mydevErrorLaunchFailure);
-  CHECK_ERR(mydevLaunchHostFunc(nullptr, failingKernel, &failures), mydevErrorLaunchFailure);
+  CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), launchFailureAtLaunch());
+  CHECK_ERR(mydevLaunchHostFunc(nullptr, failingKernel, &failures), launchFailureAtLaunch());
   CHECK_ERR(mydevDeviceSynchronize(), mydevErrorLaunchFailure);
   CHECK_OK(mydevDeviceSynchronize());
   CHECK_OK(mydevStreamSynchronize(s));
   CHECK_OK(mydevStreamSynchronize(nullptr));
 
-  // Work after a failure still runs.
+  // Work after a failure still runs; the synchronous copy waits for it.
+  CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), launchFailureAtLaunch());
   args.value = 7;
   CHECK_OK(mydevLaunchHostFunc(s, writeKernel, &args));
   CHECK_OK(mydevMemcpy(back.data(), d, sizeof(int), mydevMemcpyDeviceToHost));
   CHECK(back[0] == 7);
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);  // the copy left it pending
+  CHECK(failures == 4);
 
   if (deviceCount() >= 2) {
     CHECK_OK(mydevSetDevice(1));
@@ -686,12 +751,13 @@ void testLaunch() {
     CHECK_OK(mydevSetDevice(0));
     // A launched function runs "on" its stream's device.
     CHECK_OK(mydevLaunchHostFunc(s1, writeKernel, &args));
+    CHECK_OK(mydevStreamSynchronize(s1));
     CHECK(args.device_seen == 1);
     int cur = -1;
     CHECK_OK(mydevGetDevice(&cur));
     CHECK(cur == 0);
     // A failure on device 1 is not device 0's to report.
-    CHECK_ERR(mydevLaunchHostFunc(s1, failingKernel, &failures), mydevErrorLaunchFailure);
+    CHECK_ERR(mydevLaunchHostFunc(s1, failingKernel, &failures), launchFailureAtLaunch());
     CHECK_OK(mydevDeviceSynchronize());
     CHECK_OK(mydevSetDevice(1));
     CHECK_ERR(mydevDeviceSynchronize(), mydevErrorLaunchFailure);
@@ -728,10 +794,15 @@ void testEvents() {
   CHECK_OK(mydevEventRecord(e1, s));
   CHECK_ERR(mydevEventElapsedTime(&ms, e1, never), mydevErrorInvalidResourceHandle);
   CHECK_ERR(mydevEventElapsedTime(&ms, never, e1), mydevErrorInvalidResourceHandle);
+  // Stamps are taken when the worker reaches the marker: synchronise before
+  // sleeping so each sleep lies between two stamps.
+  CHECK_OK(mydevEventSynchronize(e1));
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK_OK(mydevEventRecord(e2, s));
+  CHECK_OK(mydevEventSynchronize(e2));
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   CHECK_OK(mydevEventRecord(e3, nullptr));
+  CHECK_OK(mydevEventSynchronize(e3));
   CHECK_OK(mydevEventQuery(e1));
   CHECK_OK(mydevEventSynchronize(e2));
   CHECK_OK(mydevStreamWaitEvent(s, e3));
@@ -751,10 +822,12 @@ void testEvents() {
 
   // Re-recording moves the event forward.
   CHECK_OK(mydevEventRecord(e1, s));
+  CHECK_OK(mydevEventSynchronize(e1));
   CHECK_OK(mydevEventElapsedTime(&ms, e3, e1));
   CHECK(ms >= 0.0f);
 
   CHECK_OK(mydevEventRecord(nt, s));
+  CHECK_OK(mydevEventSynchronize(nt));
   CHECK_OK(mydevEventQuery(nt));
   CHECK_ERR(mydevEventElapsedTime(&ms, nt, e1), mydevErrorTimingDisabled);
   CHECK_ERR(mydevEventElapsedTime(&ms, e1, nt), mydevErrorTimingDisabled);
@@ -778,6 +851,683 @@ void testEvents() {
   CHECK_ERR(mydevStreamWaitEvent(s, e1), mydevErrorInvalidResourceHandle);
 
   for (mydevEvent_t e : {e1, e2, nt, nt2, never}) CHECK_OK(mydevEventDestroy(e));
+}
+
+// ---- asynchronous execution ------------------------------------------------
+
+// Delays are long enough that the host's next few calls certainly come first.
+constexpr unsigned kDelayUs = 30000;
+
+void testLaunchIsAsynchronous() {
+  const bool blocking = launchBlocking();
+  mydevStream_t s = newStream();
+  CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+  std::atomic<int> flag{0};
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+  if (blocking) {
+    CHECK(flag.load() == 1);  // ran before the launch returned
+    CHECK_OK(mydevStreamQuery(s));
+  } else {
+    CHECK(flag.load() == 0);  // enqueued, not run
+    CHECK_ERR(mydevStreamQuery(s), mydevErrorNotReady);
+  }
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(flag.load() == 1);
+  CHECK_OK(mydevStreamQuery(s));
+
+  // DeviceSynchronize waits for created streams too.
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+  CHECK_OK(mydevDeviceSynchronize());
+  CHECK(flag.load() == 2);
+
+  // The default stream is asynchronous as well, and the delay is per stream.
+  CHECK_OK(mydevTestSetStreamDelay(nullptr, kDelayUs));
+  CHECK_OK(mydevLaunchHostFunc(nullptr, setFlagKernel, &flag));
+  if (!blocking) {
+    CHECK(flag.load() == 2);
+    CHECK_ERR(mydevStreamQuery(nullptr), mydevErrorNotReady);
+    CHECK_OK(mydevStreamQuery(s));
+  }
+  CHECK_OK(mydevStreamSynchronize(nullptr));
+  CHECK(flag.load() == 3);
+  CHECK_OK(mydevTestSetStreamDelay(nullptr, 0));
+
+  // The synchronous copy waits for the device's pending work, on any stream.
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, 256 * sizeof(int)));
+  LaunchArgs args{static_cast<int*>(d), 40, 0, -1};
+  CHECK_OK(mydevLaunchHostFunc(s, writeKernel, &args));
+  std::vector<int> back(256);
+  CHECK_OK(mydevMemcpy(back.data(), d, back.size() * sizeof(int), mydevMemcpyDeviceToHost));
+  for (int i = 0; i < 256; ++i) CHECK(back[i] == 40 + i);
+  CHECK(args.calls == 1);
+
+  // Free does not wait for pending work.
+  void* other = nullptr;
+  CHECK_OK(mydevMalloc(&other, 64));
+  CHECK_OK(mydevTestSetStreamDelay(s, 10 * kDelayUs));
+  CHECK_OK(mydevLaunchHostFunc(s, noopKernel, nullptr));
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_OK(mydevFree(other));
+  CHECK(msSince(t0) < 5.0 * kDelayUs / 1000);
+  if (!blocking) CHECK_ERR(mydevStreamQuery(s), mydevErrorNotReady);
+  CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+
+  // Destroying a stream runs its queued work first.
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+  CHECK_OK(mydevStreamDestroy(s));
+  CHECK(flag.load() == 5);
+  CHECK_OK(mydevFree(d));
+
+  CHECK_ERR(mydevTestSetStreamDelay(s, 0), mydevErrorInvalidResourceHandle);
+}
+
+struct FifoItem {
+  int* next;  // touched only by the stream's worker, read after synchronising
+  int* errors;
+  int index;
+};
+
+int fifoKernel(void* ud) {
+  auto* it = static_cast<FifoItem*>(ud);
+  if (*it->next != it->index) ++*it->errors;
+  *it->next = it->index + 1;
+  return 0;
+}
+
+void testFifoOrder() {
+  const int n = 20000;
+  int next = 0, errors = 0;
+  std::vector<FifoItem> items(n);
+  mydevStream_t s = newStream();
+  for (int i = 0; i < n; ++i) {
+    items[i] = FifoItem{&next, &errors, i};
+    CHECK_OK(mydevLaunchHostFunc(s, fifoKernel, &items[i]));
+  }
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(next == n);
+  CHECK(errors == 0);
+  CHECK_OK(mydevStreamDestroy(s));
+}
+
+struct ProducerConsumer {
+  std::atomic<int> produced{0};
+  std::atomic<int> observed{-1};
+};
+
+void testEventsOrderStreams() {
+  const bool blocking = launchBlocking();
+  const int n = deviceCount();
+  // A on device 0 (slow), B on the last device, C idle on device 0.
+  mydevStream_t a = newStream(0), b = newStream(n - 1), c = newStream(0);
+  CHECK_OK(mydevTestSetStreamDelay(a, kDelayUs));
+  mydevEvent_t ev = nullptr, never = nullptr;
+  CHECK_OK(mydevEventCreateWithFlags(&ev, mydevEventDisableTiming));
+  CHECK_OK(mydevEventCreateWithFlags(&never, 0));
+
+  ProducerConsumer pc;
+  auto produce = [](void* p) {
+    static_cast<ProducerConsumer*>(p)->produced.store(1);
+    return 0;
+  };
+  auto consume = [](void* p) {
+    auto* x = static_cast<ProducerConsumer*>(p);
+    x->observed.store(x->produced.load());
+    return 0;
+  };
+  CHECK_OK(mydevLaunchHostFunc(a, produce, &pc));
+  CHECK_OK(mydevEventRecord(ev, a));
+  if (!blocking) CHECK_ERR(mydevEventQuery(ev), mydevErrorNotReady);
+  CHECK_OK(mydevStreamWaitEvent(b, ev));
+  // Re-recording the event on an idle stream completes it at once, but B's
+  // wait is for the record that was current when it was made.
+  CHECK_OK(mydevEventRecord(ev, c));
+  CHECK_OK(mydevEventSynchronize(ev));
+  CHECK_OK(mydevEventQuery(ev));
+  CHECK_OK(mydevLaunchHostFunc(b, consume, &pc));
+  CHECK_OK(mydevStreamSynchronize(b));
+  CHECK(pc.observed.load() == 1);  // B's work started after A's
+  CHECK_OK(mydevStreamSynchronize(a));
+
+  // A wait on a complete or never-recorded event enqueues nothing.
+  CHECK_OK(mydevStreamWaitEvent(b, ev));
+  CHECK_OK(mydevStreamWaitEvent(b, never));
+  CHECK_OK(mydevStreamQuery(b));
+  // A later record does not affect work after an earlier wait.
+  CHECK_OK(mydevEventRecord(ev, a));  // delayed
+  CHECK_OK(mydevLaunchHostFunc(b, noopKernel, nullptr));
+  CHECK_OK(mydevStreamSynchronize(b));
+  if (!blocking) CHECK_ERR(mydevEventQuery(ev), mydevErrorNotReady);
+  CHECK_OK(mydevEventSynchronize(ev));
+  CHECK_OK(mydevEventQuery(ev));
+
+  // A chain through three streams, each waiting for the previous one.
+  pc.produced.store(0);
+  pc.observed.store(-1);
+  mydevEvent_t ev2 = nullptr;
+  CHECK_OK(mydevEventCreateWithFlags(&ev2, 0));
+  CHECK_OK(mydevLaunchHostFunc(a, produce, &pc));
+  CHECK_OK(mydevEventRecord(ev, a));
+  CHECK_OK(mydevStreamWaitEvent(c, ev));
+  CHECK_OK(mydevEventRecord(ev2, c));
+  CHECK_OK(mydevStreamWaitEvent(b, ev2));
+  CHECK_OK(mydevLaunchHostFunc(b, consume, &pc));
+  CHECK_OK(mydevStreamSynchronize(b));
+  CHECK(pc.observed.load() == 1);
+  // An event destroyed while a wait on it is pending does not break the wait.
+  CHECK_OK(mydevLaunchHostFunc(a, noopKernel, nullptr));
+  CHECK_OK(mydevEventRecord(ev2, a));
+  CHECK_OK(mydevStreamWaitEvent(b, ev2));
+  CHECK_OK(mydevEventDestroy(ev2));
+  CHECK_OK(mydevLaunchHostFunc(b, noopKernel, nullptr));
+  CHECK_OK(mydevStreamSynchronize(b));
+  CHECK_OK(mydevStreamSynchronize(a));
+
+  for (mydevStream_t s : {a, b, c}) CHECK_OK(mydevStreamDestroy(s));
+  CHECK_OK(mydevEventDestroy(ev));
+  CHECK_OK(mydevEventDestroy(never));
+}
+
+void testEventTimingAroundDelayedWork() {
+  const bool blocking = launchBlocking();
+  mydevStream_t s = newStream();
+  CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+  mydevEvent_t start = nullptr, stop = nullptr;
+  CHECK_OK(mydevEventCreateWithFlags(&start, 0));
+  CHECK_OK(mydevEventCreateWithFlags(&stop, 0));
+  CHECK_OK(mydevEventRecord(start, s));
+  CHECK_OK(mydevLaunchHostFunc(s, noopKernel, nullptr));
+  CHECK_OK(mydevEventRecord(stop, s));
+  float ms = -1;
+  if (!blocking) {
+    CHECK_ERR(mydevEventQuery(stop), mydevErrorNotReady);
+    CHECK_ERR(mydevEventElapsedTime(&ms, start, stop), mydevErrorNotReady);
+  }
+  CHECK_OK(mydevEventSynchronize(stop));
+  CHECK_OK(mydevEventQuery(start));  // earlier in the same stream
+  CHECK_OK(mydevEventElapsedTime(&ms, start, stop));
+  CHECK(ms >= kDelayUs / 1000.0f);  // the task's delay lies between the stamps
+  CHECK(ms < 10000.0f);
+  // Re-recording makes the event incomplete again.
+  CHECK_OK(mydevEventRecord(stop, s));
+  if (!blocking) CHECK_ERR(mydevEventElapsedTime(&ms, start, stop), mydevErrorNotReady);
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK_OK(mydevEventElapsedTime(&ms, start, stop));
+  CHECK(ms >= 2 * kDelayUs / 1000.0f);
+  CHECK_OK(mydevStreamDestroy(s));
+  CHECK_OK(mydevEventDestroy(start));
+  CHECK_OK(mydevEventDestroy(stop));
+}
+
+int throwingKernel(void*) { throw std::runtime_error("kernel threw"); }
+
+void testStickyErrorAndLabel() {
+  const bool blocking = launchBlocking();
+  mydevStream_t s = newStream();
+  CHECK(errorLabel(s) == "");  // no failure yet
+  CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+  std::atomic<int> failures{0};
+  std::atomic<int> flag{0};
+  char label[] = "aten::div.Tensor";
+  CHECK_ERR(mydevLaunchHostFuncLabeled(s, failingKernel, &failures, label), launchFailureAtLaunch());
+  std::memcpy(label, "overwritten!", 13);  // the runtime copied it
+  CHECK_ERR(mydevLaunchHostFuncLabeled(s, failingKernel, &failures, "second failure"),
+            launchFailureAtLaunch());
+  CHECK_OK(mydevLaunchHostFuncLabeled(s, setFlagKernel, &flag, "aten::add.Tensor"));
+  if (!blocking) CHECK(flag.load() == 0);
+  CHECK_OK(mydevTestSetStreamDelay(s, 0));
+
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);
+  CHECK(failures == 2);
+  CHECK(flag.load() == 1);  // work after the failures still ran
+  CHECK(errorLabel(s) == "aten::div.Tensor");  // the first failure, the one reported
+  CHECK_OK(mydevStreamSynchronize(s));  // reported once
+  CHECK(errorLabel(s) == "aten::div.Tensor");  // still the last reported one
+
+  // Truncation and arguments.
+  char small[5];
+  CHECK_OK(mydevStreamGetErrorLabel(s, small, sizeof(small)));
+  CHECK(std::strcmp(small, "aten") == 0);
+  char one[1] = {'x'};
+  CHECK_OK(mydevStreamGetErrorLabel(s, one, 1));
+  CHECK(one[0] == '\0');
+  CHECK_ERR(mydevStreamGetErrorLabel(s, nullptr, 10), mydevErrorInvalidValue);
+  CHECK_ERR(mydevStreamGetErrorLabel(s, small, 0), mydevErrorInvalidValue);
+  CHECK_ERR(mydevLaunchHostFuncLabeled(s, nullptr, nullptr, "x"), mydevErrorInvalidValue);
+
+  // A successful labelled launch changes nothing; a new unlabelled failure
+  // replaces the label with "".
+  CHECK_OK(mydevLaunchHostFuncLabeled(s, noopKernel, nullptr, "fine"));
+  CHECK_OK(mydevLaunchHostFuncLabeled(s, noopKernel, nullptr, nullptr));
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(errorLabel(s) == "aten::div.Tensor");
+  CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), launchFailureAtLaunch());
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);
+  CHECK(errorLabel(s) == "");
+
+  // Labels keep their first MYDEV_MAX_LABEL_LENGTH bytes.
+  std::string long_label(300, 'L');
+  for (size_t i = 0; i < long_label.size(); ++i) long_label[i] = static_cast<char>('a' + i % 26);
+  CHECK_ERR(mydevLaunchHostFuncLabeled(s, failingKernel, &failures, long_label.c_str()),
+            launchFailureAtLaunch());
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);
+  char big[512];
+  CHECK_OK(mydevStreamGetErrorLabel(s, big, sizeof(big)));
+  CHECK(std::string(big) == long_label.substr(0, MYDEV_MAX_LABEL_LENGTH));
+  CHECK(errorLabel(s) == long_label.substr(0, MYDEV_MAX_LABEL_LENGTH));
+
+  // An exception escaping a launched function is a failure, not a crash.
+  CHECK_ERR(mydevLaunchHostFuncLabeled(s, throwingKernel, nullptr, "throws"), launchFailureAtLaunch());
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);
+  CHECK(errorLabel(s) == "throws");
+  CHECK(flag.load() == 2);
+
+  // DeviceSynchronize reports and clears it; the label stays with the stream.
+  CHECK_ERR(mydevLaunchHostFuncLabeled(s, failingKernel, &failures, "via device sync"),
+            launchFailureAtLaunch());
+  CHECK_ERR(mydevDeviceSynchronize(), mydevErrorLaunchFailure);
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(errorLabel(s) == "via device sync");
+  CHECK(errorLabel(nullptr) == "");  // the default stream had no labelled failure here...
+  CHECK_ERR(mydevLaunchHostFuncLabeled(nullptr, failingKernel, &failures, "on default"),
+            launchFailureAtLaunch());
+  CHECK_ERR(mydevStreamSynchronize(nullptr), mydevErrorLaunchFailure);
+  CHECK(errorLabel(nullptr) == "on default");  // ... and NULL names it
+
+  // A synchronous copy waits for the failed launch but leaves its sticky
+  // error for the next synchronisation.
+  CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), launchFailureAtLaunch());
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, 16));
+  unsigned char buf[16] = {};
+  CHECK_OK(mydevMemcpy(d, buf, sizeof(buf), mydevMemcpyHostToDevice));
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);
+  CHECK_OK(mydevFree(d));
+
+  CHECK_OK(mydevStreamDestroy(s));
+  CHECK_ERR(mydevStreamGetErrorLabel(s, small, sizeof(small)), mydevErrorInvalidResourceHandle);
+}
+
+// mydevLaunchHostFuncInline: runs on the calling thread, in stream order.
+struct InlineProbe {
+  std::atomic<int>* flag;
+  int flag_seen = -1;
+  std::thread::id thread;
+  int device = -1;
+  int* dev_mem = nullptr;
+  mydevStream_t stream = nullptr;
+  mydevError_t query_inside = mydevSuccess;
+  mydevError_t sync_inside = mydevErrorNotReady;
+  mydevError_t launch_inside = mydevErrorNotReady;
+  int flag_after_nested = -1;
+};
+
+int inlineProbeKernel(void* p) {
+  auto* x = static_cast<InlineProbe*>(p);
+  x->flag_seen = x->flag->load();
+  x->thread = std::this_thread::get_id();
+  mydevGetDevice(&x->device);
+  x->dev_mem[0] = 77;  // device memory is accessible (strict mode too)
+  x->query_inside = mydevStreamQuery(x->stream);  // this call itself is pending
+  // Work enqueued from inside runs after this function, even when blocking.
+  x->launch_inside = mydevLaunchHostFunc(x->stream, setFlagKernel, x->flag);
+  x->sync_inside = mydevStreamSynchronize(x->stream);  // does not wait for itself
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  x->flag_after_nested = x->flag->load();
+  return 0;
+}
+
+void testLaunchInline() {
+  const int n = deviceCount();
+  int* d = nullptr;
+  CHECK_OK(mydevSetDevice(n - 1));
+  CHECK_OK(mydevMalloc(reinterpret_cast<void**>(&d), 64));
+  CHECK_OK(mydevSetDevice(0));
+  mydevStream_t s = newStream(n - 1);
+  CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+  std::atomic<int> flag{0};
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));  // pending, delayed
+  InlineProbe probe;
+  probe.flag = &flag;
+  probe.dev_mem = d;
+  probe.stream = s;
+  CHECK_OK(mydevLaunchHostFuncInline(s, inlineProbeKernel, &probe));
+  CHECK(probe.flag_seen == 1);  // after the work queued before it
+  CHECK(probe.thread == std::this_thread::get_id());
+  CHECK(probe.device == n - 1);  // on the stream's device...
+  int cur = -1;
+  CHECK_OK(mydevGetDevice(&cur));
+  CHECK(cur == 0);  // ... and the caller's device is restored
+  CHECK(probe.query_inside == mydevErrorNotReady);
+  CHECK(probe.launch_inside == mydevSuccess);
+  CHECK(probe.sync_inside == mydevSuccess);
+  CHECK(probe.flag_after_nested == 1);  // the nested launch had not run yet
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(flag.load() == 2);
+  int back = 0;
+  CHECK_OK(mydevMemcpy(&back, d, sizeof(int), mydevMemcpyDeviceToHost));
+  CHECK(back == 77);
+
+  // An idle stream, and the default stream.
+  CHECK_OK(mydevTestSetStreamDelay(s, 0));
+  probe.stream = nullptr;
+  CHECK_OK(mydevSetDevice(n - 1));
+  CHECK_OK(mydevLaunchHostFuncInline(nullptr, inlineProbeKernel, &probe));
+  CHECK_OK(mydevStreamSynchronize(nullptr));
+  CHECK(flag.load() == 3);
+  CHECK_OK(mydevSetDevice(0));
+
+  // Failure is returned directly and is not sticky.
+  std::atomic<int> failures{0};
+  CHECK_ERR(mydevLaunchHostFuncInline(s, failingKernel, &failures), mydevErrorLaunchFailure);
+  CHECK_ERR(mydevLaunchHostFuncInline(s, throwingKernel, nullptr), mydevErrorLaunchFailure);
+  CHECK(failures.load() == 1);
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK_ERR(mydevLaunchHostFuncInline(s, nullptr, nullptr), mydevErrorInvalidValue);
+
+  // Several threads mixing launches and inline calls on one fresh stream: the
+  // inline function sees all of its thread's earlier launches done, and never
+  // overlaps other work of the stream.
+  struct Shared {
+    std::atomic<bool> busy{false};
+    std::atomic<int> errors{0};
+    int done[4] = {0, 0, 0, 0};  // per thread, touched only in stream order
+  } shared;
+  struct Item {
+    Shared* sh;
+    int thread;
+    int expect;
+  };
+  auto body = [](void* p) {
+    auto* it = static_cast<Item*>(p);
+    if (it->sh->busy.exchange(true)) it->sh->errors++;
+    if (it->expect >= 0 && it->sh->done[it->thread] != it->expect) it->sh->errors++;
+    if (it->expect < 0) it->sh->done[it->thread]++;
+    it->sh->busy.store(false);
+    return 0;
+  };
+  mydevStream_t fresh = newStream();
+  std::vector<std::thread> pool;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < 4; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<Item> launched(300);
+      for (int i = 0; i < 300; ++i) {
+        launched[i] = Item{&shared, t, -1};
+        if (mydevLaunchHostFunc(fresh, body, &launched[i]) != mydevSuccess) failed++;
+        if (i % 3 == 0) {
+          Item check{&shared, t, i + 1};
+          if (mydevLaunchHostFuncInline(fresh, body, &check) != mydevSuccess) failed++;
+        }
+      }
+      if (mydevStreamSynchronize(fresh) != mydevSuccess) failed++;  // launched outlives its work
+    });
+  }
+  for (auto& th : pool) th.join();
+  CHECK(failed.load() == 0);
+  CHECK(shared.errors.load() == 0);
+  for (int t = 0; t < 4; ++t) CHECK(shared.done[t] == 300);
+
+  CHECK_OK(mydevStreamDestroy(fresh));
+  CHECK_OK(mydevStreamDestroy(s));
+  CHECK_ERR(mydevLaunchHostFuncInline(s, noopKernel, nullptr), mydevErrorInvalidResourceHandle);
+  CHECK_OK(mydevFree(d));
+}
+
+// Only in blocking mode (MYDEV_LAUNCH_BLOCKING=1).
+void testLaunchBlocking() {
+  CHECK(launchBlocking());
+  mydevStream_t s = newStream();
+  CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+  std::atomic<int> flag{0};
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+  CHECK(flag.load() == 1);  // complete when the launch returned, despite the delay
+  CHECK(msSince(t0) >= kDelayUs / 1000.0);
+  CHECK_OK(mydevStreamQuery(s));
+  std::atomic<int> failures{0};
+  CHECK_ERR(mydevLaunchHostFuncLabeled(s, failingKernel, &failures, "blocking failure"),
+            mydevErrorLaunchFailure);
+  CHECK(failures == 1);
+  CHECK(errorLabel(s) == "blocking failure");  // available before any synchronisation
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);  // still sticky too
+  CHECK_OK(mydevStreamSynchronize(s));
+
+  // Copies, memsets and records are complete on return too.
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, 64));
+  CHECK_OK(mydevMemsetAsync(d, 0x5c, 64, s));
+  unsigned char out[64] = {};
+  CHECK_OK(mydevMemcpyAsync(out, d, 64, mydevMemcpyDeviceToHost, s));
+  for (unsigned char c : out) CHECK(c == 0x5c);
+  mydevEvent_t ev = nullptr;
+  CHECK_OK(mydevEventCreateWithFlags(&ev, 0));
+  CHECK_OK(mydevEventRecord(ev, s));
+  CHECK_OK(mydevEventQuery(ev));
+  CHECK_OK(mydevEventDestroy(ev));
+  CHECK_OK(mydevFree(d));
+  CHECK_OK(mydevStreamDestroy(s));
+}
+
+void testCopiesOrderedWithLaunches() {
+  const int n = 1024;
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, n * sizeof(int)));
+  mydevStream_t s = newStream();
+  CHECK_OK(mydevTestSetStreamDelay(s, 2000));
+  struct Fill {
+    int* dev;
+    int n;
+    int value;
+  };
+  auto fill = [](void* p) {
+    auto* f = static_cast<Fill*>(p);
+    for (int i = 0; i < f->n; ++i) f->dev[i] = f->value + i;
+    return 0;
+  };
+  auto check = [](void* p) {
+    auto* f = static_cast<Fill*>(p);
+    for (int i = 0; i < f->n; ++i) {
+      if (f->dev[i] != f->value + i) return 1;
+    }
+    return 0;
+  };
+  Fill f1{static_cast<int*>(d), n, 100}, f2{static_cast<int*>(d), n, 200}, f3{static_cast<int*>(d), n, 300};
+  std::vector<int> h1(n), h2(n), h3(n, -1), src(n);
+  for (int i = 0; i < n; ++i) src[i] = 300 + i;
+  CHECK_OK(mydevLaunchHostFunc(s, fill, &f1));
+  CHECK_OK(mydevMemcpyAsync(h1.data(), d, n * sizeof(int), mydevMemcpyDeviceToHost, s));
+  CHECK_OK(mydevLaunchHostFunc(s, fill, &f2));
+  CHECK_OK(mydevMemcpyAsync(h2.data(), d, n * sizeof(int), mydevMemcpyDeviceToHost, s));
+  CHECK_OK(mydevMemsetAsync(d, 0, n * sizeof(int), s));
+  CHECK_OK(mydevMemcpyAsync(d, src.data(), n * sizeof(int), mydevMemcpyHostToDevice, s));
+  CHECK_OK(mydevLaunchHostFunc(s, check, &f3));  // sees the host-to-device copy
+  CHECK_OK(mydevMemsetAsync(d, 0xff, sizeof(int), s));
+  CHECK_OK(mydevMemcpyAsync(h3.data(), d, n * sizeof(int), mydevMemcpyDeviceToHost, s));
+  CHECK_OK(mydevStreamSynchronize(s));  // also: the check launch did not fail
+  for (int i = 0; i < n; ++i) {
+    CHECK(h1[i] == 100 + i);
+    CHECK(h2[i] == 200 + i);
+  }
+  CHECK(h3[0] == -1);
+  for (int i = 1; i < n; ++i) CHECK(h3[i] == 300 + i);
+  CHECK_OK(mydevStreamDestroy(s));
+  CHECK_OK(mydevFree(d));
+}
+
+// Runtime calls from inside launched functions: nested enqueues and
+// synchronisation of the calling stream itself must not deadlock.
+struct Nested {
+  std::atomic<int> order{0};
+  int inner_seen = -1;
+  mydevError_t sync_result = mydevErrorNotReady;
+  mydevError_t launch_result = mydevErrorNotReady;
+};
+
+int nestedInner(void* p) {
+  auto* n = static_cast<Nested*>(p);
+  n->inner_seen = n->order.fetch_add(1);
+  return 0;
+}
+
+int nestedOuter(void* p) {
+  auto* n = static_cast<Nested*>(p);
+  n->order.fetch_add(1);
+  n->launch_result = mydevLaunchHostFunc(nullptr, nestedInner, n);  // own (default) stream
+  n->sync_result = mydevStreamSynchronize(nullptr);                // does not wait for itself
+  return 0;
+}
+
+void testNestedRuntimeCalls() {
+  const int n = deviceCount();
+  CHECK_OK(mydevSetDevice(n - 1));
+  Nested nested;
+  CHECK_OK(mydevLaunchHostFunc(nullptr, nestedOuter, &nested));  // default stream of device n - 1
+  CHECK_OK(mydevStreamSynchronize(nullptr));
+  CHECK_OK(mydevStreamSynchronize(nullptr));  // the nested launch, if it was still queued
+  CHECK(nested.launch_result == mydevSuccess);
+  CHECK(nested.sync_result == mydevSuccess);
+  CHECK(nested.inner_seen == 1);  // ran after its launcher, in stream order
+  CHECK_OK(mydevSetDevice(0));
+
+  // Destroying a stream from one of its own tasks. Once destroyed, no
+  // synchronisation covers the stream, hence the atomic handshake.
+  struct SelfDestroy {
+    mydevStream_t stream;
+    std::atomic<int> result;
+  } sd{newStream(), {-1}};
+  CHECK_OK(mydevLaunchHostFunc(sd.stream, [](void* p) {
+    auto* x = static_cast<SelfDestroy*>(p);
+    x->result.store(mydevStreamDestroy(x->stream));
+    return 0;
+  }, &sd));
+  auto t0 = std::chrono::steady_clock::now();
+  while (sd.result.load() == -1 && msSince(t0) < 10000) std::this_thread::yield();
+  CHECK(sd.result.load() == mydevSuccess);
+  std::atomic<int> flag{0};
+  CHECK_ERR(mydevLaunchHostFunc(sd.stream, setFlagKernel, &flag), mydevErrorInvalidResourceHandle);
+}
+
+// Destroying a stream while other threads enqueue on it: every enqueue either
+// succeeds (and its work runs before Destroy returns) or fails cleanly.
+void testDestroyWhileEnqueuing() {
+  for (int round = 0; round < 20; ++round) {
+    mydevStream_t s = newStream();
+    std::atomic<int> ran{0}, accepted{0}, rejected{0}, other{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 3; ++t) {
+      pool.emplace_back([&] {
+        while (!go.load()) std::this_thread::yield();
+        for (int i = 0; i < 200; ++i) {
+          mydevError_t e = mydevLaunchHostFunc(s, setFlagKernel, &ran);
+          if (e == mydevSuccess) accepted++;
+          else if (e == mydevErrorInvalidResourceHandle) rejected++;
+          else other++;
+        }
+      });
+    }
+    go.store(true);
+    std::this_thread::sleep_for(std::chrono::microseconds(50 * round));
+    CHECK_OK(mydevStreamDestroy(s));
+    for (auto& th : pool) th.join();
+    CHECK(other.load() == 0);
+    CHECK(accepted.load() + rejected.load() == 600);
+    CHECK(ran.load() == accepted.load());
+  }
+}
+
+// Many host threads on shared streams of every device: each stream runs its
+// work one task at a time, on its device, and in each producer's order.
+struct StressLog {
+  int device = 0;
+  std::atomic<bool> busy{false};
+  std::atomic<int> errors{0};
+  std::vector<int> last_seq;  // per producer thread; only the stream's worker touches it
+  long count = 0;             // likewise
+};
+
+struct StressRec {
+  StressLog* log;
+  int thread;
+  int seq;
+};
+
+int stressKernel(void* p) {
+  auto* r = static_cast<StressRec*>(p);
+  StressLog* log = r->log;
+  if (log->busy.exchange(true)) log->errors++;
+  int dev = -1;
+  mydevGetDevice(&dev);
+  if (dev != log->device) log->errors++;
+  if (r->seq != log->last_seq[r->thread] + 1) log->errors++;
+  log->last_seq[r->thread] = r->seq;
+  log->count++;
+  log->busy.store(false);
+  return 0;
+}
+
+void testStress() {
+  const int threads = 8, per_device = 1000;
+  const int n = std::min(deviceCount(), 2);
+  // Per device: the default stream and one created stream, shared by all threads.
+  std::vector<mydevStream_t> created(n);
+  std::vector<StressLog> logs(2 * n);
+  for (int d = 0; d < n; ++d) {
+    created[d] = newStream(d, -(d % 2));
+    for (int k = 0; k < 2; ++k) {
+      logs[2 * d + k].device = d;
+      logs[2 * d + k].last_seq.assign(threads, -1);
+    }
+  }
+  std::vector<StressRec> recs(static_cast<size_t>(threads) * n * per_device);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<int> seq(2 * n, 0);
+      for (int i = 0; i < per_device; ++i) {
+        for (int d = 0; d < n; ++d) {
+          if (mydevSetDevice(d) != mydevSuccess) failures++;
+          int k = (i + t) % 2;
+          StressLog* log = &logs[2 * d + k];
+          StressRec* r = &recs[(static_cast<size_t>(t) * n + d) * per_device + i];
+          *r = StressRec{log, t, seq[2 * d + k]++};
+          if (mydevLaunchHostFunc(k ? created[d] : nullptr, stressKernel, r) != mydevSuccess) failures++;
+          if (i % 97 == 0 && mydevStreamQuery(created[d]) == mydevErrorInvalidResourceHandle) failures++;
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  CHECK(failures.load() == 0);
+  for (int d = 0; d < n; ++d) {
+    CHECK_OK(mydevSetDevice(d));
+    CHECK_OK(mydevDeviceSynchronize());
+  }
+  CHECK_OK(mydevSetDevice(0));
+  long total = 0;
+  for (auto& log : logs) {
+    CHECK(log.errors.load() == 0);
+    total += log.count;
+  }
+  CHECK(total == static_cast<long>(threads) * n * per_device);
+  for (int d = 0; d < n; ++d) {
+    for (int k = 0; k < 2; ++k) {
+      // Each thread sent half its launches for device d to each stream.
+      long expected = 0;
+      for (int t = 0; t < threads; ++t) {
+        int mine = 0;
+        for (int i = 0; i < per_device; ++i) mine += ((i + t) % 2 == k);
+        CHECK(logs[2 * d + k].last_seq[t] == mine - 1);
+        expected += mine;
+      }
+      CHECK(logs[2 * d + k].count == expected);
+    }
+    CHECK_OK(mydevStreamDestroy(created[d]));
+  }
 }
 
 // ---- concurrency ----------------------------------------------------------
@@ -835,6 +1585,10 @@ void testForkAfterInitIsPoisoned() {
   mydevStream_t s = nullptr;
   CHECK_OK(mydevStreamCreateWithPriority(&s, 0));
   const int n = deviceCount();
+  // Workers exist, and one is busy when the process forks.
+  std::atomic<int> flag{0};
+  CHECK_OK(mydevTestSetStreamDelay(s, 20000));
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
 
   std::fflush(nullptr);
   pid_t pid = fork();
@@ -865,9 +1619,20 @@ void testForkAfterInitIsPoisoned() {
     CHILD_CHECK(std::strcmp(mydevGetErrorName(mydevErrorInitializationError),
                             "mydevErrorInitializationError") == 0,
                 25);
+    CHILD_CHECK(mydevLaunchHostFunc(s, setFlagKernel, &flag) == mydevErrorInitializationError, 26);
+    CHILD_CHECK(mydevStreamQuery(s) == mydevErrorInitializationError, 27);
     _exit(0);
   }
   waitChildOk(pid);
+
+  // A poisoned child that exits normally runs the exit handlers it inherited;
+  // they must not wait for the parent's workers, which it does not have.
+  std::fflush(nullptr);
+  pid = fork();
+  if (pid == 0) std::exit(0);
+  waitChildOk(pid);
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(flag.load() == 1);
 
   // The parent is unaffected, including the allocations the child "freed".
   void* p = nullptr;
@@ -921,6 +1686,7 @@ int runStrict() {
 
   StrictArgs args{static_cast<unsigned char*>(d), n, false, nullptr, false};
   CHECK_OK(mydevLaunchHostFunc(nullptr, strictKernel, &args));
+  CHECK_OK(mydevStreamSynchronize(nullptr));
   CHECK(args.readable_inside);
   CHECK(args.readable_after_nested_copy);
   CHECK(!hostReadable(d));  // sealed again after the launch
@@ -988,6 +1754,27 @@ int runStrict() {
   CHECK(failures.load() == 0);
   CHECK(!hostReadable(d));
 
+  // Kernels and async copies on other streams' workers (and devices) touch
+  // memory freely; once they are done it is sealed for the host again.
+  {
+    mydevStream_t s = newStream(deviceCount() - 1);
+    CHECK_OK(mydevTestSetStreamDelay(s, 2000));
+    StrictArgs args2{static_cast<unsigned char*>(d), n, false, nullptr, false};
+    CHECK_OK(mydevMemsetAsync(d, 3, n, s));
+    CHECK_OK(mydevLaunchHostFunc(s, strictKernel, &args2));  // d[i] = 4
+    CHECK_OK(mydevMemcpyAsync(e, d, n, mydevMemcpyDeviceToDevice, s));
+    CHECK_OK(mydevMemcpyAsync(out.data(), e, n, mydevMemcpyDeviceToHost, s));
+    CHECK_OK(mydevStreamSynchronize(s));
+    CHECK(args2.readable_inside);
+    CHECK(args2.readable_after_nested_copy);
+    CHECK(out == std::vector<unsigned char>(n, 4));
+    CHECK(!hostReadable(d));
+    CHECK(!hostReadable(e));
+    CHECK(!hostReadable(args2.allocated_inside));
+    CHECK_OK(mydevFree(args2.allocated_inside));
+    CHECK_OK(mydevStreamDestroy(s));
+  }
+
   CHECK_OK(mydevFreeHost(h));
   CHECK_OK(mydevFree(args.allocated_inside));
   CHECK_OK(mydevFree(e));
@@ -1004,6 +1791,13 @@ int runStrictFault() {
   CHECK_OK(mydevSetDevice(device));
   void* d = nullptr;
   CHECK_OK(mydevMalloc(&d, 10000));
+  // Device work on a worker first: the windows it opened are closed again.
+  CHECK_OK(mydevLaunchHostFunc(nullptr, [](void* p) {
+    static_cast<unsigned char*>(p)[5000] = 1;
+    return 0;
+  }, d));
+  CHECK_OK(mydevMemsetAsync(d, 2, 100, nullptr));
+  CHECK_OK(mydevDeviceSynchronize());
   volatile unsigned char* target = static_cast<unsigned char*>(d) + 5000;
   std::printf("device %d address %p\n", device, const_cast<unsigned char*>(target));
   std::fflush(stdout);
@@ -1067,6 +1861,78 @@ int runEnv(int argc, char** argv) {
   return 0;
 }
 
+// Exits (returns from main) with work queued behind a long delay, a stream
+// blocked on an event that work would record, and a task in progress: exit
+// must not wait for the queued work (it is dropped) nor hang.
+// Registered before the runtime initialises, so it runs after the runtime's
+// own exit handler stopped the workers: work then runs inline, and events and
+// synchronisation still work.
+void useRuntimeAfterItsExitHandler() {
+  auto say = [](void* msg) {
+    std::printf("%s\n", static_cast<const char*>(msg));
+    return 0;
+  };
+  bool ok = mydevLaunchHostFunc(nullptr, say, const_cast<char*>("late work ran")) == mydevSuccess;
+  mydevEvent_t ev = nullptr;
+  ok = ok && mydevEventCreateWithFlags(&ev, 0) == mydevSuccess;
+  ok = ok && mydevEventRecord(ev, nullptr) == mydevSuccess;
+  ok = ok && mydevEventSynchronize(ev) == mydevSuccess && mydevEventQuery(ev) == mydevSuccess;
+  mydevStream_t s = nullptr;
+  ok = ok && mydevStreamCreateWithPriority(&s, 0) == mydevSuccess;
+  ok = ok && mydevLaunchHostFunc(s, say, const_cast<char*>("late work on a new stream ran")) == mydevSuccess;
+  ok = ok && mydevStreamWaitEvent(s, ev) == mydevSuccess;
+  ok = ok && mydevStreamSynchronize(s) == mydevSuccess && mydevDeviceSynchronize() == mydevSuccess;
+  std::printf("late use %s\n", ok ? "ok" : "FAILED");
+  std::fflush(stdout);
+}
+
+int runExitPending() {
+  std::atexit(useRuntimeAfterItsExitHandler);
+  mydevStream_t slow = newStream(), waiter = newStream(deviceCount() - 1);
+  CHECK_OK(mydevTestSetStreamDelay(slow, 60u * 1000 * 1000));
+  auto say = [](void* msg) {
+    std::printf("%s\n", static_cast<const char*>(msg));
+    std::fflush(stdout);
+    return 0;
+  };
+  CHECK_OK(mydevLaunchHostFunc(slow, say, const_cast<char*>("dropped work ran")));
+  mydevEvent_t ev = nullptr;
+  CHECK_OK(mydevEventCreateWithFlags(&ev, 0));
+  CHECK_OK(mydevEventRecord(ev, slow));
+  CHECK_OK(mydevStreamWaitEvent(waiter, ev));
+  CHECK_OK(mydevLaunchHostFunc(waiter, say, const_cast<char*>("waiting work ran")));
+  static std::atomic<int> started{0};
+  CHECK_OK(mydevLaunchHostFunc(nullptr, [](void*) {
+    started.store(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return 0;
+  }, nullptr));
+  while (!started.load()) std::this_thread::yield();
+  std::printf("%d passed, 0 failed\n", g_passed);
+  std::fflush(stdout);
+  return 0;
+}
+
+// Exits while a launched function is stuck: exit gives up on it after a grace period.
+int runExitStuck() {
+  static std::atomic<int> started{0};
+  CHECK_OK(mydevLaunchHostFunc(nullptr, [](void*) {
+    started.store(1);
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }, nullptr));
+  while (!started.load()) std::this_thread::yield();
+  std::printf("%d passed, 0 failed\n", g_passed);
+  std::fflush(stdout);
+  return 0;
+}
+
+int runBlocking() {
+  testLaunchBlocking();
+  std::printf("%d passed, 0 failed\n", g_passed);
+  return 0;
+}
+
 int runFork() {
   testQueriesDoNotInitialise();
   testForkBeforeInitIsUsable();
@@ -1099,7 +1965,18 @@ int runAll() {
   testStreams();
   testLaunch();
   testEvents();
+  testLaunchIsAsynchronous();
+  testFifoOrder();
+  testEventsOrderStreams();
+  testEventTimingAroundDelayedWork();
+  testStickyErrorAndLabel();
+  testLaunchInline();
+  if (launchBlocking()) testLaunchBlocking();
+  testCopiesOrderedWithLaunches();
+  testNestedRuntimeCalls();
+  testDestroyWhileEnqueuing();
   testManyThreads();
+  testStress();
   testForkAfterInitIsPoisoned();
   for (int d = 0; d < deviceCount(); ++d) CHECK(freeBytes(d) == limitBytes());
   std::printf("%d passed, 0 failed\n", g_passed);
@@ -1116,6 +1993,9 @@ int main(int argc, char** argv) {
   if (mode == "strict-fault") return runStrictFault();
   if (mode == "strict-other-segv") return runStrictOtherSegv();
   if (mode == "fork") return runFork();
+  if (mode == "exit-pending") return runExitPending();
+  if (mode == "exit-stuck") return runExitStuck();
+  if (mode == "blocking") return runBlocking();
   std::fprintf(stderr, "unknown mode: %s\n", mode.c_str());
   return 2;
 }

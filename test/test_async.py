@@ -1,0 +1,150 @@
+"""Asynchronous execution: queued kernels, synchronising host reads, events across streams,
+errors reported at the next synchronisation, and memory kept alive until kernels ran.
+
+Asynchrony is made observable with a test hook that delays a stream's worker
+before each task; nothing here asserts on timings."""
+import contextlib
+
+import pytest
+import torch
+
+import my_device
+
+DELAY_US = 150_000
+
+
+@contextlib.contextmanager
+def delayed(stream):
+    my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, DELAY_US)
+    try:
+        yield stream
+    finally:
+        my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, 0)
+        stream.synchronize()
+
+
+def test_launch_returns_before_the_kernel_ran_and_sync_waits():
+    a = torch.arange(1000.0, device="mydev")
+    s = torch.mydev.Stream()
+    torch.mydev.synchronize()
+    with delayed(s), torch.mydev.stream(s):
+        b = a + 1                      # queued on s
+        assert not s.query()           # ...and not run yet
+        s.synchronize()
+        assert s.query()
+    torch.testing.assert_close(b.cpu(), torch.arange(1000.0) + 1)
+
+
+def test_kernels_on_a_non_current_device_queue_on_that_devices_stream():
+    # Queued kernels (add_) and host kernels (relu) on mydev:1, launched while
+    # mydev:0 is current, must share mydev:1's stream and so run in order.
+    assert torch.mydev.current_device() == 0
+    x_cpu = torch.randn(64)
+    x = x_cpu.to("mydev:1")
+    with delayed(torch.mydev.default_stream(1)):
+        for _ in range(5):
+            x, x_cpu = torch.relu(x).add_(0.1), torch.relu(x_cpu).add_(0.1)
+            x, x_cpu = x - x.mean(), x_cpu - x_cpu.mean()
+    torch.testing.assert_close(x.cpu(), x_cpu)
+
+
+def test_host_reads_synchronise():
+    a = torch.arange(10.0, device="mydev")
+    s = torch.mydev.default_stream()
+    with delayed(s):
+        b = a * 3
+        assert not s.query()
+        assert b.sum().item() == 135.0         # .item() waits for the queued kernel
+        c = a + 2
+        assert torch.equal(c.cpu(), torch.arange(10.0) + 2)   # so does .cpu()
+        d = a - 1
+        assert "8." in repr(d)                 # and printing
+
+
+def test_events_order_work_across_streams():
+    a = torch.ones(4096, device="mydev")
+    torch.mydev.synchronize()
+    s1, s2 = torch.mydev.Stream(), torch.mydev.Stream()
+    with delayed(s1):
+        with torch.mydev.stream(s1):
+            x = a * 5                          # slow stream produces x
+            done = s1.record_event()
+        s2.wait_event(done)
+        with torch.mydev.stream(s2):
+            y = x + 1                          # fast stream consumes it, only after the event
+        assert not s2.query()                  # s2 is held back by s1's event
+        s2.synchronize()
+    torch.testing.assert_close(y.cpu(), torch.full((4096,), 6.0))
+
+
+def test_kernel_error_surfaces_at_next_sync_naming_the_op():
+    a = torch.arange(5.0, device="mydev")
+    my_device._C._test_inject_kernel_failure("aten::mul.Tensor")
+    b = a * 3                                  # the launch itself succeeds
+    with pytest.raises(RuntimeError, match=r"aten::mul\.Tensor: injected failure"):
+        torch.mydev.synchronize()
+    torch.mydev.synchronize()                  # reported once
+    torch.testing.assert_close(a.cpu(), torch.arange(5.0))
+    torch.testing.assert_close((a * 3).cpu(), torch.arange(5.0) * 3)
+    del b
+
+
+def test_launch_blocking_raises_at_the_launch(python_subprocess):
+    r = python_subprocess("""
+        import torch, my_device
+        a = torch.arange(5.0, device="mydev")
+        my_device._C._test_inject_kernel_failure("aten::add.Tensor")
+        try:
+            a + 1
+        except RuntimeError as e:
+            assert "aten::add.Tensor: injected failure" in str(e), e
+        else:
+            raise SystemExit("no error at the launch")
+        torch.mydev.synchronize()              # nothing left to report
+        assert (a + 1).sum().item() == 15
+        print("ok")
+    """, env={"MYDEV_LAUNCH_BLOCKING": "1"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_inputs_and_outputs_live_until_the_kernel_ran():
+    s = torch.mydev.Stream()
+    with delayed(s), torch.mydev.stream(s):
+        a = torch.full((1 << 16,), 2.0, device="mydev")
+        b = a * 4
+        del a                                  # the queued kernel still holds a
+        c = b + 1
+        del b
+        s.synchronize()
+    torch.testing.assert_close(c.cpu(), torch.full((1 << 16,), 9.0))
+
+
+def test_record_stream_delays_reuse_until_the_other_stream_finished():
+    n = 3 << 20
+    s = torch.mydev.Stream()
+    x = torch.empty(n, dtype=torch.uint8, device="mydev")
+    torch.mydev.synchronize()
+    ptr = x.data_ptr()
+    with delayed(s):
+        with torch.mydev.stream(s):
+            torch.ones(1, device="mydev").add_(1)   # pending work on s
+        x.record_stream(s)
+        del x
+        y = torch.empty(n, dtype=torch.uint8, device="mydev")
+        assert y.data_ptr() != ptr                 # s may still use x's block
+        s.synchronize()
+    del y
+    z = torch.empty(n, dtype=torch.uint8, device="mydev")
+    w = torch.empty(n, dtype=torch.uint8, device="mydev")
+    assert ptr in (z.data_ptr(), w.data_ptr())     # once s finished, the block is reused
+
+
+def test_non_blocking_copy_from_pinned_is_queued():
+    host = torch.arange(1 << 16, dtype=torch.float32).pin_memory()
+    dev = torch.empty(1 << 16, device="mydev")
+    s = torch.mydev.current_stream()
+    with delayed(s):
+        dev.copy_(host, non_blocking=True)
+        assert not s.query()
+        s.synchronize()
+    torch.testing.assert_close(dev.cpu(), torch.arange(1 << 16, dtype=torch.float32))
