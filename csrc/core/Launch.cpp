@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <mutex>
-#include <vector>
 #include <unordered_map>
 
 namespace my_device {
@@ -12,30 +11,30 @@ std::unordered_map<c10::DeviceIndex, std::string> g_failures;  // the first unre
 std::string g_injected;
 std::atomic<bool> g_any_injected{false};
 
-std::mutex g_retired_mutex;
-std::vector<LaunchedTask*> g_retired;
-std::atomic<bool> g_any_retired{false};
+// Finished tasks, a lock-free stack: workers push one at a time, host threads
+// take the whole stack at once (no pop of single nodes, so no ABA problem).
+std::atomic<LaunchedTask*> g_retired{nullptr};
 } // namespace
 
 void retire_kernel(LaunchedTask* task) {
-  std::lock_guard<std::mutex> lock(g_retired_mutex);
-  g_retired.push_back(task);
-  g_any_retired.store(true, std::memory_order_release);
+  LaunchedTask* head = g_retired.load(std::memory_order_relaxed);
+  do {
+    task->next_retired = head;
+  } while (!g_retired.compare_exchange_weak(head, task, std::memory_order_release, std::memory_order_relaxed));
 }
 
 bool has_finished_kernels() {
-  return g_any_retired.load(std::memory_order_acquire);
+  return g_retired.load(std::memory_order_acquire) != nullptr;
 }
 
 void reap_finished_kernels() {
-  if (!g_any_retired.load(std::memory_order_acquire)) return;
-  std::vector<LaunchedTask*> finished;
-  {
-    std::lock_guard<std::mutex> lock(g_retired_mutex);
-    finished.swap(g_retired);
-    g_any_retired.store(false, std::memory_order_relaxed);
+  if (g_retired.load(std::memory_order_relaxed) == nullptr) return;
+  LaunchedTask* task = g_retired.exchange(nullptr, std::memory_order_acquire);
+  while (task != nullptr) {
+    LaunchedTask* next = task->next_retired;
+    delete task;
+    task = next;
   }
-  for (LaunchedTask* task : finished) delete task;
 }
 
 void record_kernel_failure(c10::DeviceIndex device, const char* label, const std::string& what) {

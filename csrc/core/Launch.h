@@ -32,6 +32,7 @@ bool take_injected_failure(const char* label);
 
 struct LaunchedTask {
   virtual ~LaunchedTask() = default;
+  LaunchedTask* next_retired = nullptr;
 };
 
 // A finished task may hold the last reference to a tensor whose Python object
