@@ -4,6 +4,7 @@ errors reported at the next synchronisation, and memory kept alive until kernels
 Asynchrony is made observable with a test hook that delays a stream's worker
 before each task; nothing here asserts on timings."""
 import contextlib
+import gc
 
 import pytest
 import torch
@@ -14,8 +15,8 @@ DELAY_US = 150_000
 
 
 @contextlib.contextmanager
-def delayed(stream):
-    my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, DELAY_US)
+def delayed(stream, us=DELAY_US):
+    my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, us)
     try:
         yield stream
     finally:
@@ -148,3 +149,18 @@ def test_non_blocking_copy_from_pinned_is_queued():
         assert not s.query()
         s.synchronize()
     torch.testing.assert_close(dev.cpu(), torch.arange(1 << 16, dtype=torch.float32))
+
+
+def test_queued_kernels_do_not_keep_the_callers_python_objects_alive():
+    # If a pending kernel held the TensorImpl that a Python tensor wraps,
+    # dropping that tensor would keep its Python object alive until the kernel
+    # was reaped, and a loop of small ops would keep triggering the garbage
+    # collector (the CPU runs this loop with no collection at all).
+    a = torch.ones(16, device="mydev")
+    gc.collect()
+    before = gc.get_stats()[0]["collections"]
+    with delayed(torch.mydev.default_stream(), us=20):
+        for _ in range(3000):
+            c = a + a
+    assert gc.get_stats()[0]["collections"] == before
+    torch.testing.assert_close(c.cpu(), torch.full((16,), 2.0))

@@ -34,6 +34,7 @@
 
 #include "Factory.h"
 #include "HostKernel.h"
+#include "core/TensorImpl.h"
 
 namespace my_device {
 namespace {
@@ -168,7 +169,10 @@ at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
   if (!uniform_dtype(job->op)) {
     return run_on_host(device, [&](HostCall& call) { return call.to_device(on_host(host_arg(call, args)...)); });
   }
-  at::Tensor out = job->op.output;
+  // The caller gets its own TensorImpl (kernel_handle): outputs are the tensors
+  // most often dropped while their kernel is still queued. Inputs are held as
+  // given; giving each its own TensorImpl measured slower than it saves.
+  at::Tensor out = kernel_handle(job->op.output);
   launch_async(device, label, [job = std::move(job)] {
     std::apply([&](const auto&... a) { job->op.impl(a..., job->op.output); }, job->args);
   });

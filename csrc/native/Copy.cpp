@@ -50,8 +50,9 @@ void runtime_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
   RuntimeDeviceGuard on_device(device);
   MYDEV_CHECK(mydevMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes, kind, current_stream_handle(device)));
   // Streams run in order, so this no-op kernel finishes after the copy and
-  // releases the tensors only then.
-  launch_async(device, "copy keep-alive", [src, dst] {});
+  // releases the memory only then. It holds the storages, not the tensors
+  // (see kernel_handle for why not the caller's TensorImpls).
+  launch_async(device, "copy keep-alive", [s = src.storage(), d = dst.storage()] {});
 }
 
 // dst.copy_(src) with both tensors on the same mydev device.
