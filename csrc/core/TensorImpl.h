@@ -49,11 +49,12 @@ at::Tensor make_tensor(c10::Storage storage, caffe2::TypeMeta dtype, c10::IntArr
 at::Tensor make_view(const at::Tensor& base, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                      int64_t storage_offset, std::optional<caffe2::TypeMeta> dtype = std::nullopt);
 
-// `t` (same storage, geometry, dtype and conj/neg bits) under a TensorImpl of its
-// own, for a queued kernel to hold. If the kernel held the caller's TensorImpl
-// and Python dropped the tensor first, PyTorch would keep the Python object
-// alive for the TensorImpl's sake ("resurrection"): a Python allocation that
-// never ends until the kernel is reaped, which soon triggers garbage collections.
+// `t` (same storage, geometry, dtype and conj/neg bits) under a TensorImpl of
+// its own, so that a queued kernel and its caller do not share one. If the
+// kernel held the TensorImpl a Python tensor wraps and Python dropped that
+// tensor first, PyTorch would keep the Python object alive for the TensorImpl's
+// sake ("resurrection") until the kernel was reaped, and loops of small ops
+// would keep triggering the garbage collector.
 // Non-mydev tensors (wrapped CPU scalars) are returned as they are.
 at::Tensor kernel_handle(const at::Tensor& t);
 
