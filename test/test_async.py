@@ -5,6 +5,9 @@ Asynchrony is made observable with a test hook that delays a stream's worker
 before each task; nothing here asserts on timings."""
 import contextlib
 import gc
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -164,3 +167,46 @@ def test_queued_kernels_do_not_keep_the_callers_python_objects_alive():
             c = a + a
     assert gc.get_stats()[0]["collections"] == before
     torch.testing.assert_close(c.cpu(), torch.full((16,), 2.0))
+
+
+def test_host_kernels_on_large_tensors_are_queued():
+    # Above MYDEV_QUEUE_MIN_ELEMENTS (default 2**18 elements) host kernels with
+    # a Meta kernel and an out= overload are queued like the structured ones.
+    x, w = torch.randn(1 << 19), torch.randn(512, 512)
+    d, dw = x.to("mydev"), w.to("mydev")
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        y = torch.relu(d)
+        m = dw @ dw
+        d.sigmoid_()
+        assert not s.query()                   # all three queued, none run yet
+        assert y.shape == x.shape and m.shape == (512, 512)   # shapes known at once
+    torch.testing.assert_close(y.cpu(), torch.relu(x))
+    torch.testing.assert_close(m.cpu(), w @ w)
+    torch.testing.assert_close(d.cpu(), torch.sigmoid(x))
+
+
+def test_queued_host_kernels_keep_errors_at_the_call():
+    # Shape errors come from the Meta kernel, at the call; values a kernel would
+    # reject (an index) and dtypes it lacks keep such ops on the inline path.
+    a, b = torch.randn(1 << 19, device="mydev"), torch.randn(1 << 18, device="mydev")
+    with pytest.raises(RuntimeError, match="must match the size"):
+        torch.maximum(a, b)
+    big = torch.ones(1 << 19, dtype=torch.bool, device="mydev")
+    with pytest.raises(RuntimeError, match="not implemented for 'Bool'"):
+        big.view(512, 1024) @ big.view(1024, 512)
+    torch.mydev.synchronize()                  # nothing was left to report
+    assert torch.relu(a).sum().item() == torch.relu(a.cpu()).sum().item()
+
+
+def test_training_matches_cpu_with_every_eligible_host_kernel_queued():
+    # MYDEV_QUEUE_MIN_ELEMENTS=0 queues host kernels of any size: the training
+    # tests then exercise the queued path for the forward and backward ops.
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, MYDEV_QUEUE_MIN_ELEMENTS="0")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        os.path.join(here, "test_training.py")],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-500:]

@@ -62,6 +62,9 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
         throw std::runtime_error("injected failure (my_device._C._test_inject_kernel_failure)");
       }
       t->body();
+    } catch (const c10::Error& e) {
+      record_kernel_failure(t->device, t->label, e.what_without_backtrace());
+      status = 1;
     } catch (const std::exception& e) {
       record_kernel_failure(t->device, t->label, e.what());
       status = 1;

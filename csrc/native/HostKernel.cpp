@@ -1,4 +1,5 @@
 #include "HostKernel.h"
+#include "QueuedHostKernel.h"
 
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/CPUAllocator.h>
@@ -261,6 +262,7 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   }
   const c10::DeviceIndex device = scan.result();
   check_device_index(device);
+  if (queue_host_kernel(op, stack, device)) return;
 
   RuntimeDeviceGuard on_device(device);
   launch_inline(device, [&] {

@@ -1,0 +1,364 @@
+// Host kernels that are queued on the stream instead of run in stream order now.
+//
+// A CPU kernel decides its output shapes while it runs, which is why host
+// kernels normally run on the calling thread (launch_inline). But most ops have
+// a Meta kernel that computes exactly those shapes without touching data, and
+// an out= overload. For them the call is split, as a GPU backend splits it:
+//   now (host):   device checks, the Meta kernel (shape, dtype and argument
+//                 errors are raised here, at the call, not at a later sync),
+//                 allocation of the outputs on the device;
+//   later (worker): the CPU out= kernel (or in-place kernel) on host aliases of
+//                 the device memory, writing into those outputs.
+// Ops outside the families listed in queueable(), ops without a Meta kernel or
+// out= overload, and calls whose Meta kernel fails stay on the inline path,
+// which reproduces the CPU's own behaviour and error messages.
+//
+// So do small calls. Most of torch 2.13's Meta kernels are Python functions
+// (torch/_meta_registrations.py overrides the C++ ones), costing tens of
+// microseconds and the GIL: worth it only when the kernel itself is long, and
+// the overlap of host and device work then pays. MYDEV_QUEUE_MIN_ELEMENTS sets
+// the size (the elements of all tensor arguments together) from which calls
+// are queued; 0 queues every eligible call, which the tests use.
+#include "QueuedHostKernel.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "Factory.h"
+#include "HostKernel.h"
+#include "core/Generator.h"
+#include "core/Launch.h"
+#include "core/TensorImpl.h"
+
+namespace my_device {
+namespace {
+
+constexpr c10::DeviceType kCPU = c10::DeviceType::CPU;
+
+enum class Kind { Inline, Functional, InPlace };
+
+struct Plan {
+  Kind kind = Kind::Inline;
+  std::optional<c10::OperatorHandle> out_op;  // Functional: the out= overload
+  std::string label;                          // "aten::name.overload", for failure reports
+};
+
+// The ops that may be queued, by base name: families whose output shapes
+// follow from the input shapes and whose CPU kernels never reject the data.
+// Indexing, gathers and scatters, losses with class targets, random sampling
+// and linear algebra validate values (an index out of range) and raise; on the
+// inline path that error comes at the call, as on the CPU, instead of at a
+// later synchronisation, as a GPU's device-side assert would.
+const std::unordered_set<std::string>& queueable() {
+  static const std::unordered_set<std::string> names = [] {
+    std::unordered_set<std::string> n;
+    for (const char* base : {
+             // pointwise arithmetic, comparisons, logic and unary math
+             "add", "sub", "mul", "div", "remainder", "fmod", "pow", "maximum", "minimum", "fmax", "fmin",
+             "atan2", "hypot", "copysign", "lerp", "addcmul", "addcdiv", "xlogy", "rsub", "clamp", "clamp_min",
+             "clamp_max", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+             "logical_not", "isnan", "isinf", "signbit", "abs", "neg", "sign", "sgn", "sqrt", "rsqrt", "exp",
+             "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
+             "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "logit", "erf", "erfc", "erfinv",
+             "floor", "ceil", "round", "trunc", "frac", "reciprocal", "nan_to_num", "where",
+             // activations and their backward kernels
+             "relu", "gelu", "gelu_backward", "silu", "silu_backward", "hardtanh", "hardtanh_backward",
+             "threshold", "threshold_backward", "leaky_relu", "leaky_relu_backward", "elu", "elu_backward",
+             "softplus", "softplus_backward", "hardsigmoid", "hardsigmoid_backward", "hardswish",
+             "hardswish_backward", "mish", "mish_backward", "sigmoid_backward", "tanh_backward",
+             // reductions and scans
+             "sum", "mean", "prod", "amax", "amin", "std", "var", "norm", "linalg_vector_norm", "logsumexp",
+             "cumsum", "cumprod",
+             // matrix products
+             "mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "addr",
+             // softmax, normalisation, pooling
+             "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "mse_loss",
+             "mse_loss_backward", "smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward",
+             "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
+             "avg_pool2d", "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
+             "upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d",
+             "upsample_bilinear2d_backward",
+             // filling and shaping copies
+             "fill", "zero", "tril", "triu", "flip", "roll"}) {
+      n.insert(std::string("aten::") + base);
+    }
+    return n;
+  }();
+  return names;
+}
+
+bool writes(const c10::Argument& a) {
+  return a.alias_info() != nullptr && a.alias_info()->isWrite();
+}
+
+bool is_plain_tensor(const c10::TypePtr& type) {
+  return type->kind() == c10::TypeKind::TensorType;
+}
+
+// The out= overload of a functional op: same name, the same arguments, then one
+// written keyword-only Tensor per return.
+std::optional<c10::OperatorHandle> find_out_overload(const c10::FunctionSchema& functional) {
+  const auto& args = functional.arguments();
+  const size_t nouts = functional.returns().size();
+  for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name != functional.name() || name.overload_name == functional.overload_name()) continue;
+    auto handle = c10::Dispatcher::singleton().findOp(name);
+    if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    const auto& cand = handle->schema().arguments();
+    if (cand.size() != args.size() + nouts) continue;
+    bool same = true;
+    for (size_t i = 0; i < args.size() && same; ++i) {
+      same = cand[i].name() == args[i].name() && *cand[i].type() == *args[i].type() && !writes(cand[i]);
+    }
+    for (size_t i = args.size(); i < cand.size() && same; ++i) {
+      same = cand[i].kwarg_only() && writes(cand[i]) && is_plain_tensor(cand[i].type());
+    }
+    if (same) return handle;
+  }
+  return std::nullopt;
+}
+
+Plan make_plan(const c10::OperatorHandle& op) {
+  const auto& schema = op.schema();
+  Plan plan;
+  plan.label = schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name();
+  std::string base = schema.name();
+  if (base.size() > 1 && base.back() == '_' && base[base.size() - 2] != '_') base.pop_back();
+  if (!queueable().count(base) || !op.hasKernelForDispatchKey(c10::DispatchKey::Meta) ||
+      schema.returns().empty()) {
+    return plan;
+  }
+  for (const auto& r : schema.returns()) {
+    if (!is_plain_tensor(r.type())) return plan;
+  }
+  const auto& args = schema.arguments();
+  size_t written = 0;
+  for (const auto& a : args) written += writes(a) ? 1 : 0;
+  if (written == 0) {
+    for (const auto& r : schema.returns()) {
+      if (r.alias_info() != nullptr) return plan;  // a view
+    }
+    plan.out_op = find_out_overload(schema);
+    if (plan.out_op) plan.kind = Kind::Functional;
+  } else if (written == 1 && writes(args[0]) && !args[0].kwarg_only() && schema.returns().size() == 1 &&
+             schema.returns()[0].alias_info() != nullptr && schema.name().back() == '_') {
+    plan.kind = Kind::InPlace;
+  }
+  return plan;
+}
+
+const Plan& plan_for(const c10::OperatorHandle& op) {
+  static std::mutex mutex;
+  static std::unordered_map<const c10::FunctionSchema*, Plan> plans;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans.find(&op.schema());
+  if (it == plans.end()) it = plans.emplace(&op.schema(), make_plan(op)).first;
+  return it->second;
+}
+
+int64_t queue_min_elements() {
+  static const int64_t value = [] {
+    const char* v = std::getenv("MYDEV_QUEUE_MIN_ELEMENTS");
+    return v != nullptr && *v != '\0' ? std::atoll(v) : int64_t{1} << 18;
+  }();
+  return value;
+}
+
+// Which dtypes a CPU kernel supports is only known when it runs, and an
+// unsupported one must be reported at the call. Every op in queueable() has
+// float and double kernels (bool for masks and conditions).
+bool queueable_dtype(const at::Tensor& t) {
+  if (!t.defined()) return true;
+  const auto d = t.scalar_type();
+  return d == at::kFloat || d == at::kDouble || d == at::kBool;
+}
+
+// Counts the floating tensors in `v` into `floating`; false if any tensor has
+// a dtype that is not queueable.
+bool queueable_dtypes(const c10::IValue& v, int& floating) {
+  auto check = [&](const at::Tensor& t) {
+    if (t.defined() && t.is_floating_point()) ++floating;
+    return queueable_dtype(t);
+  };
+  if (v.isTensor()) return check(v.toTensor());
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) {
+      if (!check(t)) return false;
+    }
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor() && !check(e.toTensor())) return false;
+    }
+  }
+  return true;
+}
+
+int64_t elements(const c10::IValue& v) {
+  int64_t n = 0;
+  if (v.isTensor()) return v.toTensor().defined() ? v.toTensor().numel() : 0;
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) n += t.numel();
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) n += e.isTensor() ? e.toTensor().numel() : 0;
+  }
+  return n;
+}
+
+bool is_optional_generator(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (auto opt = type->cast<c10::OptionalType>()) {
+    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  }
+  return false;
+}
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kMyDev) return t;
+  at::Tensor m = at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type(), std::nullopt,
+                                                std::nullopt, std::nullopt);
+  m.unsafeGetTensorImpl()->_set_conj(t.is_conj());
+  m.unsafeGetTensorImpl()->_set_neg(t.is_neg());
+  return m;
+}
+
+// Applies f to each tensor in an argument (a Tensor, a Tensor[] or a Tensor?[]).
+template <class F>
+c10::IValue map_tensors(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) return f(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    out.reserve(v.toTensorList().size());
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
+    return out;
+  }
+  if (v.isList()) {
+    auto list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    out.reserve(list.size());
+    for (const c10::IValue& e : list) out.push_back(e.isTensor() ? c10::IValue(f(e.toTensor())) : e);
+    return out;
+  }
+  return v;
+}
+
+struct Geometry {
+  std::vector<int64_t> sizes, strides;
+  int64_t offset;
+  explicit Geometry(const at::Tensor& t)
+      : sizes(t.sizes().vec()), strides(t.strides().vec()), offset(t.storage_offset()) {}
+  bool same(const at::Tensor& t) const {
+    return t.sizes() == c10::IntArrayRef(sizes) && t.strides() == c10::IntArrayRef(strides) &&
+           t.storage_offset() == offset;
+  }
+};
+
+} // namespace
+
+bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
+  const Plan& plan = plan_for(op);
+  if (plan.kind == Kind::Inline) return false;
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  const size_t first = stack->size() - nargs;
+  int floating = 0;
+  for (size_t i = first; i < stack->size(); ++i) {
+    if (!queueable_dtypes((*stack)[i], floating)) return false;
+  }
+  if (floating == 0) return false;  // all bool: not every op has bool kernels
+  if (const int64_t min = queue_min_elements(); min > 0) {
+    int64_t n = 0;
+    for (size_t i = first; i < stack->size(); ++i) n += elements((*stack)[i]);
+    if (n < min) return false;
+  }
+
+  // Random ops draw their CPU engine now, so the stream of numbers follows
+  // launch order, as with inline host kernels.
+  std::vector<c10::IValue> args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = args[i];
+    if (v.isGenerator() && v.toGenerator().device().type() == kMyDev) {
+      v = next_engine(v.toGenerator());
+    } else if (v.isNone() && is_optional_generator(schema.arguments()[i])) {
+      v = next_engine(default_generator(device));
+    } else if (v.isDevice() && v.toDevice().type() == kMyDev) {
+      return false;  // factories: their CPU out= kernels would not see the device
+    }
+  }
+
+  // The Meta kernel: shapes of the outputs, and every argument error, now.
+  torch::jit::Stack meta;
+  meta.reserve(nargs);
+  for (const c10::IValue& v : args) meta.push_back(map_tensors(v, to_meta));
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  } catch (const std::exception&) {
+    return false;  // the inline path reports the CPU kernel's own error, or handles the data-dependent case
+  }
+
+  std::vector<at::Tensor> outputs;
+  if (plan.kind == Kind::Functional) {
+    outputs.reserve(meta.size());
+    for (const c10::IValue& r : meta) {
+      const at::Tensor& m = r.toTensor();
+      outputs.push_back(empty_device(m.sizes(), m.strides(), m.options().device(kMyDev, device)));
+    }
+  }
+  const at::Tensor self = plan.kind == Kind::InPlace ? args[0].toTensor() : at::Tensor();
+  if (plan.kind == Kind::InPlace && !Geometry(self).same(meta[0].toTensor())) {
+    return false;  // an in-place op that restrides self: keep that on the calling thread
+  }
+
+  struct Job {
+    const Plan* plan;
+    c10::OperatorHandle op;
+    std::vector<c10::IValue> args;
+    std::vector<at::Tensor> outputs;
+    c10::DeviceIndex device;
+  };
+  auto job = std::make_unique<Job>(Job{&plan, op, std::move(args), outputs, device});
+
+  stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  if (plan.kind == Kind::Functional) {
+    for (const at::Tensor& out : outputs) stack->push_back(kernel_handle(out));  // see kernel_handle
+  } else {
+    stack->push_back(self);
+  }
+
+  launch_async(device, plan.label.c_str(), [job = std::move(job)] {
+    HostCall call(job->device);
+    auto host = [&](const at::Tensor& t) { return call.to_host(t); };
+    torch::jit::Stack host_stack;
+    host_stack.reserve(job->args.size() + job->outputs.size());
+    for (const c10::IValue& v : job->args) host_stack.push_back(map_tensors(v, host));
+    std::vector<Geometry> expected;
+    if (job->plan->kind == Kind::Functional) {
+      for (const at::Tensor& out : job->outputs) {
+        expected.emplace_back(out);
+        host_stack.push_back(call.to_host(out));
+      }
+      job->plan->out_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
+    } else {
+      const at::Tensor& self = job->args[0].toTensor();
+      expected.emplace_back(self);
+      job->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
+    }
+    // The Meta kernel promised these geometries; the caller already holds the
+    // tensors, so a CPU kernel that disagreed would be a bug to report, not to fix up.
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const at::Tensor& r = host_stack[i].toTensor();
+      TORCH_CHECK(expected[i].same(r), "the CPU kernel gave output ", i, " a different shape or strides (",
+                  r.sizes(), ", ", r.strides(), ") than the Meta kernel (", c10::IntArrayRef(expected[i].sizes),
+                  ", ", c10::IntArrayRef(expected[i].strides), ")");
+    }
+  });
+  return true;
+}
+
+} // namespace my_device
