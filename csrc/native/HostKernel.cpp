@@ -197,15 +197,6 @@ at::Tensor HostCall::to_device(const at::Tensor& r) {
 
 namespace {
 
-bool is_optional_generator(const c10::Argument& arg) {
-  const auto& type = arg.type();
-  if (type->kind() == c10::TypeKind::GeneratorType) return true;
-  if (auto opt = type->cast<c10::OptionalType>()) {
-    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
-  }
-  return false;
-}
-
 // Finds the device of the call and rejects mixed devices, as CUDA does: a 0-dim
 // CPU tensor is a scalar and fine, as are CPU index tensors inside Tensor?[].
 class DeviceScan {

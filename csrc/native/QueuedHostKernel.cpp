@@ -210,15 +210,6 @@ int64_t elements(const c10::IValue& v) {
   return n;
 }
 
-bool is_optional_generator(const c10::Argument& arg) {
-  const auto& type = arg.type();
-  if (type->kind() == c10::TypeKind::GeneratorType) return true;
-  if (auto opt = type->cast<c10::OptionalType>()) {
-    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
-  }
-  return false;
-}
-
 at::Tensor to_meta(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kMyDev) return t;
   at::Tensor m = at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type(), std::nullopt,
@@ -260,6 +251,15 @@ struct Geometry {
 };
 
 } // namespace
+
+bool is_optional_generator(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (auto opt = type->cast<c10::OptionalType>()) {
+    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  }
+  return false;
+}
 
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
   const Plan& plan = plan_for(op);
