@@ -34,6 +34,7 @@
 
 #include "Factory.h"
 #include "HostKernel.h"
+#include "core/JobPool.h"
 #include "core/TensorImpl.h"
 
 namespace my_device {
@@ -159,11 +160,12 @@ at::Tensor host_arg(HostCall& call, const at::Tensor& t) {
 // operator on host views, for the mixed-dtype case.
 template <class Base, class OnHost, class... Args>
 at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
-  struct Job {
+  struct Job : Pooled<Job> {
+    Job(const Args&... a) : args(a...) {}
     std::tuple<Args...> args;
     Functional<Base> op;
   };
-  auto job = std::make_unique<Job>(Job{std::tuple<Args...>(args...), {}});
+  auto job = std::make_unique<Job>(args...);
   std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
   const c10::DeviceIndex device = job->op.output.device().index();
   if (!uniform_dtype(job->op)) {
@@ -181,12 +183,13 @@ at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
 
 template <class Base, class OnHost, class... Args>
 at::Tensor& in_place(const char* label, OnHost on_host, at::Tensor& self, const Args&... args) {
-  struct Job {
+  struct Job : Pooled<Job> {
+    Job(const at::Tensor& s, const Args&... a) : self(s), args(a...), op(s) {}
     at::Tensor self;
     std::tuple<Args...> args;
     InPlace<Base> op;
   };
-  auto job = std::unique_ptr<Job>(new Job{self, std::tuple<Args...>(args...), InPlace<Base>(self)});
+  auto job = std::make_unique<Job>(self, args...);
   job->op.rebind(job->self);
   std::apply([&](const auto&... a) { job->op.meta(job->self, a...); }, job->args);
   const c10::DeviceIndex device = self.device().index();

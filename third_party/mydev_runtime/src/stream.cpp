@@ -19,12 +19,53 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 using mydev_detail::Task;
+
+namespace mydev_detail {
+// A stream's FIFO of tasks: a growable ring. A std::deque allocates a node on
+// the submitting thread every few pushes and frees it on the worker, and that
+// cross-thread pattern defeats malloc's per-thread caches on every launch.
+class TaskRing {
+ public:
+  bool empty() const { return count_ == 0; }
+  size_t size() const { return count_; }
+  Task& front() { return slots_[head_]; }
+  void push_back(Task&& t) {
+    if (count_ == slots_.size()) grow();
+    slots_[(head_ + count_) % slots_.size()] = std::move(t);
+    ++count_;
+  }
+  void pop_front() {
+    slots_[head_] = Task();  // drops what the task held (an event marker)
+    head_ = (head_ + 1) % slots_.size();
+    --count_;
+  }
+  void swap(TaskRing& other) {
+    slots_.swap(other.slots_);
+    std::swap(head_, other.head_);
+    std::swap(count_, other.count_);
+  }
+  template <class F>
+  void for_each(F&& f) {
+    for (size_t i = 0; i < count_; ++i) f(slots_[(head_ + i) % slots_.size()]);
+  }
+
+ private:
+  void grow() {
+    std::vector<Task> bigger(slots_.empty() ? 64 : slots_.size() * 2);
+    for (size_t i = 0; i < count_; ++i) bigger[i] = std::move(slots_[(head_ + i) % slots_.size()]);
+    slots_.swap(bigger);
+    head_ = 0;
+  }
+  std::vector<Task> slots_;
+  size_t head_ = 0;
+  size_t count_ = 0;
+};
+}  // namespace mydev_detail
 
 struct mydevStream_st {
   int device;
@@ -36,7 +77,7 @@ struct mydevStream_st {
   std::condition_variable work_cv;  // the worker waits here for tasks
   std::condition_variable done_cv;  // synchronisers and blocking submitters wait here
   // Everything below is guarded by mu (the atomics are only written under it).
-  std::deque<Task> queue;
+  mydev_detail::TaskRing queue;
   std::atomic<uint64_t> enqueued{0};
   std::atomic<uint64_t> completed{0};
   std::thread worker;
@@ -338,18 +379,18 @@ void stopWorkersAtExit() {
     for (const auto& [handle, s] : t.live) streams.push_back(s);
   }
   for (const auto& s : streams) {
-    std::deque<Task> dropped;
+    mydev_detail::TaskRing dropped;
     {
       std::lock_guard<std::mutex> lock(s->mu);
       s->stopping = true;
       s->abandoned = true;
       dropped.swap(s->queue);
       uint64_t gates = 0;
-      for (Task& task : dropped) {
+      dropped.for_each([&](Task& task) {
         if (task.waiter) task.waiter->done = true;
         // A released inline caller runs its function and counts its gate itself.
         if (task.kind == Task::Kind::kInlineGate) ++gates;
-      }
+      });
       s->completed.store(s->completed.load(std::memory_order_relaxed) + dropped.size() - gates,
                          std::memory_order_release);
     }
@@ -357,9 +398,9 @@ void stopWorkersAtExit() {
     s->done_cv.notify_all();
     // Dropped markers complete, so nothing (a worker in a StreamWaitEvent, a
     // thread in EventSynchronize) waits for them forever.
-    for (Task& task : dropped) {
+    dropped.for_each([](Task& task) {
       if (task.kind == Task::Kind::kEventRecord) completeMarker(*task.marker);
-    }
+    });
   }
   const auto deadline = std::chrono::steady_clock::now() + kExitGrace;
   for (const auto& s : streams) {
