@@ -153,6 +153,23 @@ def test_gelu_autograd_override_runs_on_mydev_and_not_on_cpu():
     assert ops.counters() == {"gelu.forward": 1, "gelu.backward": 1}
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_keeps_forward_ad_and_functorch_on_mydev(approximate):
+    """A C++ autograd Function supports neither; the override hands these calls to gelu's formula."""
+    import torch.autograd.forward_ad as fwAD
+
+    x = torch.randn(6, dtype=torch.float64)
+    gelu = lambda t: F.gelu(t, approximate=approximate)  # noqa: E731
+    for transform in [torch.func.grad(lambda t: gelu(t).sum()), torch.func.vmap(gelu)]:
+        torch.testing.assert_close(transform(x.to("mydev")).cpu(), transform(x))
+    tangents = []
+    for device in DEVICES:
+        with fwAD.dual_level():
+            dual = fwAD.make_dual(x.to(device), torch.ones_like(x, device=device))
+            tangents.append(fwAD.unpack_dual(gelu(dual)).tangent.cpu())
+    torch.testing.assert_close(tangents[0], tangents[1])
+
+
 def test_queued_gelu_backward_matches_aten():
     g, x = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
     x_t = x.transpose(0, 2)  # non-contiguous input

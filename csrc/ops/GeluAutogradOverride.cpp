@@ -12,11 +12,19 @@
 //
 // my_device::gelu_backward is not differentiable; when a double backward is
 // being recorded (create_graph=True) the override uses aten::gelu_backward,
-// whose own derivative PyTorch provides.
+// whose own derivative PyTorch provides. A C++ Function has no forward-mode
+// derivative and cannot run under functorch transforms (torch.func.grad, vmap),
+// both of which PyTorch's kernel supports: those calls get gelu's formula in
+// differentiable aten ops instead of the override.
+#include <ATen/ops/erf.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/gelu_backward.h>
 #include <ATen/ops/gelu_backward_cpu_dispatch.h>
+#include <ATen/ops/tanh.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
+
+#include <cmath>
 
 #include "OpSupport.h"
 #include "native/Factory.h"
@@ -82,7 +90,24 @@ class GeluFunction : public torch::autograd::Function<GeluFunction> {
   }
 };
 
+bool needs_generic_autograd(const at::Tensor& self) {
+  return self._fw_grad(/*level=*/0).defined() ||
+         c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode);
+}
+
+at::Tensor gelu_formula(const at::Tensor& x, c10::string_view approximate) {
+  if (approximate == "tanh") {
+    const double sqrt_2_over_pi = std::sqrt(2.0 / M_PI);
+    return 0.5 * x * (1 + at::tanh(sqrt_2_over_pi * (x + 0.044715 * x.pow(3))));
+  }
+  return 0.5 * x * (1 + at::erf(x * M_SQRT1_2));
+}
+
 at::Tensor gelu_autograd(const at::Tensor& self, c10::string_view approximate) {
+  if (needs_generic_autograd(self)) {
+    TORCH_CHECK(approximate == "none" || approximate == "tanh", "approximate argument must be either none or tanh.");
+    return gelu_formula(self, approximate);
+  }
   return GeluFunction::apply(self, std::string(approximate));
 }
 
