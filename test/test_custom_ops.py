@@ -284,15 +284,17 @@ def test_compiled_fused_adamw_matches_eager():
 
 # ------------------------------------------------------------------ fused AdamW and training
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("device", DEVICES)
-def test_fused_adamw_matches_torch_adamw(device):
+def test_fused_adamw_matches_torch_adamw(device, dtype):
+    # 3 x 7: the float kernel's 4-lane loop and its scalar tail both run.
     torch.manual_seed(0)
-    p_ref = torch.randn(4, 5, requires_grad=True)
+    p_ref = torch.randn(3, 7, dtype=dtype, requires_grad=True)
     p = p_ref.detach().to(device).requires_grad_()
     opt_ref = torch.optim.AdamW([p_ref], lr=0.05, weight_decay=0.1, foreach=False)
     opt = ops.AdamW([p], lr=0.05, weight_decay=0.1)
     for _ in range(4):
-        grad = torch.randn(4, 5)
+        grad = torch.randn(3, 7, dtype=dtype)
         p_ref.grad, p.grad = grad, grad.to(device)
         opt_ref.step()
         opt.step()
