@@ -404,6 +404,10 @@ def _dev(*shape):
 
 BAD_CALLS = {
     "rms_norm cpu weight": (lambda: ops.rms_norm(_dev(3, 4), torch.randn(4)), "same device"),
+    "rms_norm across two mydev devices": (lambda: ops.rms_norm(_dev(3, 4), _dev(4).to("mydev:1")),
+                                          "same device, but found mydev:0 and mydev:1"),
+    "rms_norm cpu weight, requiring grad": (
+        lambda: ops.rms_norm(_dev(3, 4).requires_grad_(), torch.randn(4, requires_grad=True)), "same device"),
     "rms_norm weight shape": (lambda: ops.rms_norm(_dev(3, 4), _dev(5)), r"weight must have shape \[4\]"),
     "rms_norm dtype": (lambda: ops.rms_norm(_dev(3, 4), _dev(4).double()), "same dtype"),
     "fused_linear_gelu cpu input": (lambda: ops.fused_linear_gelu(torch.randn(3, 4), _dev(2, 4), _dev(2)),
@@ -419,6 +423,9 @@ BAD_CALLS = {
     "fused_adamw_ shape": (lambda: ops.fused_adamw_(_dev(3), _dev(4), _dev(3), _dev(3), lr=0.1, beta1=0.9,
                                                     beta2=0.99, eps=1e-8, weight_decay=0.0, step=1),
                            "param's shape"),
+    "fused_adamw_ half": (lambda: ops.fused_adamw_(*[_dev(3).half() for _ in range(4)], lr=0.1, beta1=0.9,
+                                                   beta2=0.99, eps=1e-8, weight_decay=0.0, step=1),
+                          "float32 or float64"),
     "fused_adamw_ step": (lambda: ops.fused_adamw_(_dev(3), _dev(3), _dev(3), _dev(3), lr=0.1, beta1=0.9,
                                                    beta2=0.99, eps=1e-8, weight_decay=0.0, step=0),
                           "step counts from 1"),

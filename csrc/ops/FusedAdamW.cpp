@@ -32,8 +32,8 @@ struct AdamWStep {
 
 void check_inputs(const at::Tensor& param, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq,
                   const at::Tensor& grad, const AdamWStep& h) {
-  TORCH_CHECK(at::isFloatingType(param.scalar_type()), kFusedAdamW, ": param must be floating point, got ",
-              param.scalar_type());
+  TORCH_CHECK(param.scalar_type() == at::kFloat || param.scalar_type() == at::kDouble, kFusedAdamW,
+              ": param must be float32 or float64, got ", param.scalar_type());
   for (const at::Tensor* t : {&exp_avg, &exp_avg_sq, &grad}) {
     TORCH_CHECK(t->sym_sizes() == param.sym_sizes(), kFusedAdamW, ": every tensor must have param's shape ",
                 param.sym_sizes(), ", got ", t->sym_sizes());
