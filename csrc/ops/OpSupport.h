@@ -1,11 +1,13 @@
 #pragma once
 // Shared plumbing for the my_device:: custom operators (csrc/ops/).
 //
-// Each op has one host implementation written with aten ops. It is the CPU
+// Most ops have one host implementation written with aten ops. It is the CPU
 // kernel, the Meta kernel (aten's meta kernels propagate shapes, including
 // symbolic ones, so FakeTensor and torch.compile see exactly the checks and
-// shapes the real kernels have), and, through run_on_host, the mydev kernel:
-// the CPU code runs in stream order directly on the device bytes.
+// shapes the real kernels have), and, through OnMyDev, the mydev kernel: the
+// CPU code runs in stream order directly on the device bytes. Ops whose output
+// shapes are known before they run are queued on mydev instead (launch_async:
+// FusedAdamW.cpp, GeluAutogradOverride.cpp).
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
