@@ -36,6 +36,8 @@ DIFFERENTIABLE = {
     "rms_norm": (lambda x, w: ops.rms_norm(x, w, EPS), ref_rms_norm, [(2, 3, 6), (6,)]),
     "fused_linear_gelu": (ops.fused_linear_gelu, ref_fused_linear_gelu, [(2, 3, 5), (4, 5), (4,)]),
     "fused_linear_gelu_no_bias": (ops.fused_linear_gelu, ref_fused_linear_gelu, [(3, 5), (4, 5)]),
+    "fused_linear_gelu_1d_input": (ops.fused_linear_gelu, ref_fused_linear_gelu, [(5,), (4, 5), (4,)]),
+    "rms_norm_1d_input": (lambda x, w: ops.rms_norm(x, w, EPS), ref_rms_norm, [(6,), (6,)]),
     "swiglu": (ops.swiglu, ref_swiglu, [(3, 4), (3, 4)]),
     # aten::gelu: on mydev its AutogradPrivateUse1 override runs.
     "gelu_override": (F.gelu, lambda x: 0.5 * x * (1 + torch.erf(x / 2 ** 0.5)), [(3, 4)]),
