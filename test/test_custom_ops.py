@@ -2,6 +2,7 @@
 autograd, against CPU references: independent formulas written with plain torch ops, and the same
 ops' CPU kernels."""
 import copy
+import os
 
 import pytest
 import torch
@@ -185,18 +186,28 @@ def test_queued_gelu_backward_matches_aten():
 @pytest.mark.parametrize("kernel", ["my_device::gelu_backward", "my_device::fused_adamw_"])
 def test_queued_kernels_run_after_their_launch_returns(kernel):
     """gelu's mydev backward and the AdamW step are queued on the stream (launch_async): an injected
-    kernel failure is not raised by the call but by the next synchronisation, naming the kernel."""
+    kernel failure is not raised by the call but by the next synchronisation, naming the kernel
+    (with MYDEV_LAUNCH_BLOCKING=1, by the call itself)."""
     x = torch.randn(4, 3, device="mydev", requires_grad=True)
     y = F.gelu(x).sum()
     torch.mydev.synchronize()
+
+    def launch():
+        if kernel == "my_device::gelu_backward":
+            y.backward()  # through the override, whose backward launches the kernel
+        else:
+            ops.fused_adamw_(*[torch.zeros(5, device="mydev") for _ in range(4)], lr=0.1, beta1=0.9, beta2=0.99,
+                             eps=1e-8, weight_decay=0.0, step=1)
+
     my_device._C._test_inject_kernel_failure(kernel)
-    if kernel == "my_device::gelu_backward":
-        y.backward()  # through the override, whose backward launches the kernel
+    failure = pytest.raises(RuntimeError, match=f"{kernel}: injected failure")
+    if os.environ.get("MYDEV_LAUNCH_BLOCKING") == "1":
+        with failure:
+            launch()
     else:
-        ops.fused_adamw_(*[torch.zeros(5, device="mydev") for _ in range(4)], lr=0.1, beta1=0.9, beta2=0.99,
-                         eps=1e-8, weight_decay=0.0, step=1)
-    with pytest.raises(RuntimeError, match=f"{kernel}: injected failure"):
-        torch.mydev.synchronize()
+        launch()
+        with failure:
+            torch.mydev.synchronize()
     torch.mydev.synchronize()  # reported once; the device still works
     x.grad = None
     F.gelu(x).sum().backward()
