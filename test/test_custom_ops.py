@@ -266,8 +266,8 @@ def test_autograd_kernels_are_registered_for_privateuse1():
     for name in ["my_device::rms_norm", "my_device::rms_norm_backward", "my_device::fused_linear_gelu"]:
         assert has(name, "AutogradCPU"), name
     assert not has("aten::gelu", "AutogradCPU")  # CPU keeps PyTorch's (Autograd alias) kernel
-    for name in ["my_device::rms_norm", "my_device::fused_linear_gelu", "my_device::fused_adamw_",
-                 "my_device::gelu_backward", "my_device::swiglu"]:
+    for name in ["my_device::rms_norm", "my_device::rms_norm_backward", "my_device::fused_linear_gelu",
+                 "my_device::fused_adamw_", "my_device::gelu_backward", "my_device::swiglu"]:
         for key in ["PrivateUse1", "CPU", "Meta"]:
             assert has(name, key) or has(name, "CompositeExplicitAutograd"), (name, key)
     # swiglu's mydev kernel is its own, not the default one.
