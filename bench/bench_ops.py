@@ -4,11 +4,10 @@ Run: python bench/bench_ops.py [--threads N] [--repeat R]
 Prints one line per case with the median time on each device and the ratio
 mydev/CPU (lower is better; 1.00 is CPU speed). Targets (issue 2): <=1.3x for
 the 1-element op, <=1.05x for the large ones."""
-import argparse
 import torch
 
 import my_device  # noqa: F401
-from common import median_seconds
+from common import median_seconds, parse_args
 
 
 def _case(name, make, op, inner, repeat):
@@ -31,12 +30,7 @@ CASES = [
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
-    parser.add_argument("--repeat", type=int, default=15, help="timed repetitions per case")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} intra-op thread(s), median of {args.repeat}")
+    args = parse_args(__doc__, repeat=15)
     for name, make, op, inner in CASES:
         _case(name, make, op, inner, args.repeat)
 

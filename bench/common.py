@@ -1,4 +1,5 @@
 """Timing shared by the benchmarks: medians of repeated timed loops, with the device synchronised."""
+import argparse
 import statistics
 import time
 
@@ -15,3 +16,16 @@ def median_seconds(fn, inner: int, repeat: int = 9, sync=lambda: None) -> float:
         sync()
         samples.append((time.perf_counter() - start) / inner)
     return statistics.median(samples)
+
+
+def parse_args(doc: str, repeat: int):
+    """The benchmarks' command line (--threads, --repeat); applies --threads and prints the setting."""
+    import torch
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    parser.add_argument("--repeat", type=int, default=repeat, help="timed repetitions per case")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} intra-op thread(s), median of {args.repeat}")
+    return args

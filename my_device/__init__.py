@@ -30,5 +30,8 @@ def _register():
 
 _register()
 
+# After _register(): swiglu's mydev kernel is registered under the device's name.
+from . import ops  # noqa: E402
 
-__all__ = ["fallback_counts", "impl_type_name", "reset_fallback_counts"]
+
+__all__ = ["fallback_counts", "impl_type_name", "ops", "reset_fallback_counts"]
