@@ -258,6 +258,14 @@ def test_opcheck_mydev(name):
     assert result == {u: "SUCCESS" for u in MYDEV_OPCHECK_UTILS}
 
 
+def test_opcheck_autograd_registration_still_rejects_mydev():
+    # The reason for MYDEV_OPCHECK_UTILS. When this fails, PyTorch's check has
+    # learned other devices: run the full opcheck on mydev and drop the workaround.
+    op, args, kwargs = _opcheck_cases("mydev")["rms_norm"]
+    with pytest.raises(Exception, match="NYI"):
+        opcheck(op, args, kwargs, test_utils=("test_autograd_registration",))
+
+
 def test_autograd_kernels_are_registered_for_privateuse1():
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     for name in ["my_device::rms_norm", "my_device::rms_norm_backward", "my_device::fused_linear_gelu",
