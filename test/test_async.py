@@ -210,3 +210,19 @@ def test_training_matches_cpu_with_every_eligible_host_kernel_queued():
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-500:]
+
+
+def test_small_activations_and_their_backward_are_queued():
+    # Pointwise math and activations run as queued structured kernels at any size.
+    x = torch.randn(64, requires_grad=True)
+    d = x.detach().to("mydev").requires_grad_()
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        y = torch.nn.functional.gelu(torch.sigmoid(d).relu() * 3).tanh().exp()
+        assert not s.query()
+        y.sum().backward()
+    y_cpu = torch.nn.functional.gelu(torch.sigmoid(x).relu() * 3).tanh().exp()
+    y_cpu.sum().backward()
+    torch.testing.assert_close(y.detach().cpu(), y_cpu.detach())
+    torch.testing.assert_close(d.grad.cpu(), x.grad)

@@ -1,0 +1,154 @@
+// Pointwise math and activations (and their backward kernels) on small tensors:
+// the glue of every training step, queued as structured kernels
+// (StructuredKernel.h) instead of running at the call as host kernels.
+#include "StructuredKernel.h"
+
+#include <ATen/native/Activation.h>
+#include <ATen/native/BinaryOps.h>
+#include <ATen/native/TensorCompare.h>
+#include <ATen/native/UnaryOps.h>
+#include <ATen/ops/clamp_min.h>
+#include <ATen/ops/clamp_min_native.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/exp_native.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/gelu_backward.h>
+#include <ATen/ops/gelu_backward_native.h>
+#include <ATen/ops/gelu_native.h>
+#include <ATen/ops/log.h>
+#include <ATen/ops/log_native.h>
+#include <ATen/ops/rsqrt.h>
+#include <ATen/ops/rsqrt_native.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/sigmoid_backward.h>
+#include <ATen/ops/sigmoid_backward_native.h>
+#include <ATen/ops/sigmoid_native.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/silu_backward.h>
+#include <ATen/ops/silu_backward_native.h>
+#include <ATen/ops/silu_native.h>
+#include <ATen/ops/sqrt.h>
+#include <ATen/ops/sqrt_native.h>
+#include <ATen/ops/tanh.h>
+#include <ATen/ops/tanh_backward.h>
+#include <ATen/ops/tanh_backward_native.h>
+#include <ATen/ops/tanh_native.h>
+#include <ATen/ops/threshold_backward.h>
+#include <ATen/ops/threshold_backward_native.h>
+#include <torch/library.h>
+
+namespace my_device {
+namespace {
+
+using namespace structured;
+
+// gelu's loops are called with kCPU by their structured class, so only these
+// stubs are looked up by device.
+const bool g_stubs_mirrored = [] {
+  mirror_cpu_stub(at::native::exp_stub);
+  mirror_cpu_stub(at::native::log_stub);
+  mirror_cpu_stub(at::native::sqrt_stub);
+  mirror_cpu_stub(at::native::rsqrt_stub);
+  mirror_cpu_stub(at::native::sigmoid_stub);
+  mirror_cpu_stub(at::native::tanh_stub);
+  mirror_cpu_stub(at::native::silu_stub);
+  mirror_cpu_stub(at::native::silu_backward_stub);
+  mirror_cpu_stub(at::native::sigmoid_backward_stub);
+  mirror_cpu_stub(at::native::tanh_backward_stub);
+  mirror_cpu_stub(at::native::threshold_stub);
+  mirror_cpu_stub(at::native::clamp_min_scalar_stub);
+  return true;
+}();
+
+// One functional and one in-place kernel per unary op: `Base` is the op's
+// structured CPU class, `cpu` its functional at:: function (for the host path).
+#define MYDEV_UNARY(name, Base)                                                              \
+  at::Tensor name(const at::Tensor& self) {                                                  \
+    return functional<Base>("aten::" #name, [](const at::Tensor& a) { return at::name(a); }, \
+                            self);                                                           \
+  }                                                                                          \
+  at::Tensor& name##_(at::Tensor& self) {                                                    \
+    return in_place<Base>("aten::" #name "_", [](at::Tensor a) { at::name##_(a); }, self);       \
+  }
+
+MYDEV_UNARY(exp, at::native::structured_exp_out)
+MYDEV_UNARY(log, at::native::structured_log_out)
+MYDEV_UNARY(sqrt, at::native::structured_sqrt_out)
+MYDEV_UNARY(rsqrt, at::native::structured_rsqrt_out)
+MYDEV_UNARY(sigmoid, at::native::structured_sigmoid_out)
+MYDEV_UNARY(tanh, at::native::structured_tanh_out)
+MYDEV_UNARY(silu, at::native::structured_silu_out)
+#undef MYDEV_UNARY
+
+// relu is clamp_min(self, 0) on the CPU too (NaN stays NaN).
+at::Tensor relu(const at::Tensor& self) {
+  return functional<at::native::structured_clamp_min_out>(
+      "aten::relu", [](const at::Tensor& a, const at::Scalar& m) { return at::clamp_min(a, m); }, self,
+      at::Scalar(0));
+}
+
+at::Tensor& relu_(at::Tensor& self) {
+  return in_place<at::native::structured_clamp_min_out>(
+      "aten::relu_", [](at::Tensor a, const at::Scalar& m) { a.clamp_min_(m); }, self, at::Scalar(0));
+}
+
+// The job keeps its own copy of `approximate`: the caller's string_view dies at return.
+at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
+  return functional<at::native::structured_gelu_out_cpu>(
+      "aten::gelu", [](const at::Tensor& a, const std::string& ap) { return at::gelu(a, ap); }, self,
+      std::string(approximate));
+}
+
+at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
+  return functional<at::native::structured_gelu_backward_out_cpu>(
+      "aten::gelu_backward",
+      [](const at::Tensor& g, const at::Tensor& a, const std::string& ap) { return at::gelu_backward(g, a, ap); },
+      grad, self, std::string(approximate));
+}
+
+at::Tensor sigmoid_backward(const at::Tensor& grad, const at::Tensor& output) {
+  return functional<at::native::structured_sigmoid_backward_out>(
+      "aten::sigmoid_backward", [](const at::Tensor& g, const at::Tensor& o) { return at::sigmoid_backward(g, o); },
+      grad, output);
+}
+
+at::Tensor tanh_backward(const at::Tensor& grad, const at::Tensor& output) {
+  return functional<at::native::structured_tanh_backward_out>(
+      "aten::tanh_backward", [](const at::Tensor& g, const at::Tensor& o) { return at::tanh_backward(g, o); },
+      grad, output);
+}
+
+at::Tensor silu_backward(const at::Tensor& grad, const at::Tensor& self) {
+  return functional<at::native::structured_silu_backward_out>(
+      "aten::silu_backward", [](const at::Tensor& g, const at::Tensor& a) { return at::silu_backward(g, a); },
+      grad, self);
+}
+
+at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& threshold) {
+  return functional<at::native::structured_threshold_backward_out>(
+      "aten::threshold_backward",
+      [](const at::Tensor& g, const at::Tensor& a, const at::Scalar& t) { return at::threshold_backward(g, a, t); },
+      grad, self, threshold);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const auto& [name, fn] : std::initializer_list<std::pair<const char*, at::Tensor (*)(const at::Tensor&)>>{
+           {"exp", &exp}, {"log", &log}, {"sqrt", &sqrt}, {"rsqrt", &rsqrt}, {"sigmoid", &sigmoid},
+           {"tanh", &tanh}, {"silu", &silu}, {"relu", &relu}}) {
+    m.impl(name, fn);
+  }
+  for (const auto& [name, fn] : std::initializer_list<std::pair<const char*, at::Tensor& (*)(at::Tensor&)>>{
+           {"exp_", &exp_}, {"log_", &log_}, {"sqrt_", &sqrt_}, {"rsqrt_", &rsqrt_}, {"sigmoid_", &sigmoid_},
+           {"tanh_", &tanh_}, {"silu_", &silu_}, {"relu_", &relu_}}) {
+    m.impl(name, fn);
+  }
+  m.impl("gelu", TORCH_FN(gelu));
+  m.impl("gelu_backward", TORCH_FN(gelu_backward));
+  m.impl("sigmoid_backward", TORCH_FN(sigmoid_backward));
+  m.impl("tanh_backward", TORCH_FN(tanh_backward));
+  m.impl("silu_backward", TORCH_FN(silu_backward));
+  m.impl("threshold_backward", TORCH_FN(threshold_backward));
+}
+
+} // namespace
+} // namespace my_device
