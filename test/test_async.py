@@ -226,3 +226,23 @@ def test_small_activations_and_their_backward_are_queued():
     y_cpu.sum().backward()
     torch.testing.assert_close(y.detach().cpu(), y_cpu.detach())
     torch.testing.assert_close(d.grad.cpu(), x.grad)
+
+
+def test_matrix_products_are_queued_and_match_cpu():
+    # addmm's CPU kernel copies its bias into the output with copy_: inside a
+    # queued kernel that copy must not be launched behind the kernel itself.
+    torch.manual_seed(0)
+    bias, x, w = torch.randn(4), torch.randn(3, 5), torch.randn(4, 5)
+    b3 = torch.randn(2, 3, 5)
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        out = torch.addmm(bias.to("mydev"), x.to("mydev"), w.to("mydev").t(), beta=0.5, alpha=2)
+        row = torch.addmm(bias.unsqueeze(0).to("mydev"), x[:1].to("mydev"), w.to("mydev").t())
+        prod = x.to("mydev") @ w.to("mydev").t()
+        batched = torch.bmm(b3.to("mydev"), b3.to("mydev").transpose(1, 2))
+        assert not s.query()
+    torch.testing.assert_close(out.cpu(), torch.addmm(bias, x, w.t(), beta=0.5, alpha=2))
+    torch.testing.assert_close(row.cpu(), torch.addmm(bias.unsqueeze(0), x[:1], w.t()))
+    torch.testing.assert_close(prod.cpu(), x @ w.t())
+    torch.testing.assert_close(batched.cpu(), torch.bmm(b3, b3.transpose(1, 2)))

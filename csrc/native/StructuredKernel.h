@@ -18,11 +18,13 @@
 
 #include <ATen/TensorIterator.h>
 #include <ATen/Version.h>
+#include <ATen/core/op_registration/adaption.h>
 #include <ATen/native/DispatchStub.h>
 
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "Factory.h"
 #include "HostKernel.h"
@@ -49,6 +51,11 @@ void mirror_cpu_stub(Stub& stub) {
   stub.set_privateuse1_dispatch_ptr(chosen);
 }
 
+// Structured kernels built on TensorIterator (pointwise, reductions) keep
+// their operands in the iterator; the others (mm, softmax) only see outputs.
+template <class Base>
+constexpr bool kIterator = std::is_base_of_v<at::TensorIteratorBase, Base>;
+
 // A structured kernel whose output is a new mydev tensor. The output is shared
 // with the caller while the queued kernel runs, so it is a plain Tensor (an
 // ExclusivelyOwned one would be destroyed regardless of the caller's reference).
@@ -57,12 +64,12 @@ struct Functional final : Base {
   void set_output_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                           c10::TensorOptions options) override {
     output = empty_device(sizes, strides, options);
-    Base::set_output_raw_strided(idx, sizes, strides, options);
+    if constexpr (kIterator<Base>) Base::set_output_raw_strided(idx, sizes, strides, options);
   }
   void set_output_raw_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                               c10::TensorOptions options) override {
     output = empty_device(sizes, strides, options);
-    Base::set_output_raw_strided(idx, sizes, strides, options);
+    if constexpr (kIterator<Base>) Base::set_output_raw_strided(idx, sizes, strides, options);
   }
   const at::Tensor& maybe_get_output(int64_t) override {
     return output;
@@ -89,12 +96,12 @@ struct InPlace final : Base {
   void set_output_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                           c10::TensorOptions options) override {
     check(sizes, options);
-    Base::set_output_raw_strided(idx, sizes, strides, options);
+    if constexpr (kIterator<Base>) Base::set_output_raw_strided(idx, sizes, strides, options);
   }
   void set_output_raw_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                               c10::TensorOptions options) override {
     check(sizes, options);
-    Base::set_output_raw_strided(idx, sizes, strides, options);
+    if constexpr (kIterator<Base>) Base::set_output_raw_strided(idx, sizes, strides, options);
   }
   const at::Tensor& maybe_get_output(int64_t) override {
     return *self;
@@ -121,6 +128,23 @@ inline at::Tensor host_arg(HostCall& call, const at::Tensor& t) {
   return call.to_host(t);
 }
 
+// Runs `on_host` (the op's functional at:: call) now, in stream order, on host
+// aliases of the device tensors: for calls a queued kernel cannot take.
+template <class OnHost, class... Args>
+at::Tensor on_host_now(c10::DeviceIndex device, OnHost on_host, const Args&... args) {
+  return run_on_host(device, [&](HostCall& call) { return call.to_device(on_host(host_arg(call, args)...)); });
+}
+
+// Raises PyTorch's "Expected all tensors to be on the same device" error
+// unless the named tensors share a device: TensorIterator checks this itself,
+// the other structured kernels rely on their dispatcher wrapper, which this
+// replaces (with the same message).
+inline void check_same_device(const char* op,
+                              std::initializer_list<std::pair<const char*, const at::Tensor&>> tensors) {
+  std::optional<c10::Device> common;
+  for (const auto& [name, t] : tensors) c10::impl::check_and_update_common_device(common, t, op, name);
+}
+
 // The kernel is queued: meta() runs now (shapes, dtypes, device checks,
 // output allocation) and impl() runs on the stream's worker. The TensorIterator
 // borrows its operands, so the job owns copies of them, and the job lives
@@ -136,15 +160,24 @@ at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
   auto job = std::make_unique<Job>(args...);
   std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
   const c10::DeviceIndex device = job->op.output.device().index();
-  if (!uniform_dtype(job->op)) {
-    return run_on_host(device, [&](HostCall& call) { return call.to_device(on_host(host_arg(call, args)...)); });
+  if constexpr (kIterator<Base>) {
+    if (!uniform_dtype(job->op)) return on_host_now(device, on_host, args...);
   }
   // The caller gets its own TensorImpl (kernel_handle): outputs are the tensors
   // most often dropped while their kernel is still queued. Inputs are held as
   // given; giving each its own TensorImpl measured slower than it saves.
   at::Tensor out = kernel_handle(job->op.output);
   launch_async(device, label, [job = std::move(job)] {
-    std::apply([&](const auto&... a) { job->op.impl(a..., job->op.output); }, job->args);
+    if constexpr (kIterator<Base>) {
+      std::apply([&](const auto&... a) { job->op.impl(a..., job->op.output); }, job->args);
+    } else {
+      // Kernels outside TensorIterator call other ops (addmm copies self into
+      // its output with copy_). On device tensors those would be launched onto
+      // this stream, behind the running kernel; on host aliases they are CPU ops.
+      HostCall call(job->op.output.device().index());
+      std::apply([&](const auto&... a) { job->op.impl(host_arg(call, a)..., call.to_host(job->op.output)); },
+                 job->args);
+    }
   });
   return out;
 }
@@ -161,12 +194,14 @@ at::Tensor& in_place(const char* label, OnHost on_host, at::Tensor& self, const 
   job->op.rebind(job->self);
   std::apply([&](const auto&... a) { job->op.meta(job->self, a...); }, job->args);
   const c10::DeviceIndex device = self.device().index();
-  if (!uniform_dtype(job->op)) {
-    run_on_host(device, [&](HostCall& call) {
-      on_host(call.to_host(self), host_arg(call, args)...);
-      return true;
-    });
-    return self;
+  if constexpr (kIterator<Base>) {
+    if (!uniform_dtype(job->op)) {
+      run_on_host(device, [&](HostCall& call) {
+        on_host(call.to_host(self), host_arg(call, args)...);
+        return true;
+      });
+      return self;
+    }
   }
   launch_async(device, label, [job = std::move(job)] {
     std::apply([&](const auto&... a) { job->op.impl(job->self, a..., job->self); }, job->args);
