@@ -246,3 +246,20 @@ def test_matrix_products_are_queued_and_match_cpu():
     torch.testing.assert_close(row.cpu(), torch.addmm(bias.unsqueeze(0), x[:1], w.t()))
     torch.testing.assert_close(prod.cpu(), x @ w.t())
     torch.testing.assert_close(batched.cpu(), torch.bmm(b3, b3.transpose(1, 2)))
+
+
+def test_softmax_family_is_queued():
+    x = torch.randn(8, 10, requires_grad=True)
+    d = x.detach().to("mydev").requires_grad_()
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        y = torch.softmax(d, 1) * torch.log_softmax(d, 0)
+        assert not s.query()
+        y.backward(torch.ones_like(y))
+    y_cpu = torch.softmax(x, 1) * torch.log_softmax(x, 0)
+    y_cpu.backward(torch.ones_like(y_cpu))
+    torch.testing.assert_close(y.detach().cpu(), y_cpu.detach())
+    torch.testing.assert_close(d.grad.cpu(), x.grad)
+    with pytest.raises(RuntimeError):          # integer input: an error at the call, as on the CPU
+        torch.ops.aten._softmax(torch.ones(3, dtype=torch.long, device="mydev"), 0, False)
