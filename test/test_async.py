@@ -263,3 +263,13 @@ def test_softmax_family_is_queued():
     torch.testing.assert_close(d.grad.cpu(), x.grad)
     with pytest.raises(RuntimeError):          # integer input: an error at the call, as on the CPU
         torch.ops.aten._softmax(torch.ones(3, dtype=torch.long, device="mydev"), 0, False)
+
+
+@pytest.mark.parametrize("fn", [torch.sigmoid, torch.tanh, torch.exp, torch.nn.functional.silu,
+                                torch.nn.functional.gelu, lambda t: torch.softmax(t, -1),
+                                lambda t: torch.log_softmax(t, 0), lambda t: t @ t.t()],
+                         ids=["sigmoid", "tanh", "exp", "silu", "gelu", "softmax", "log_softmax", "mm"])
+def test_queued_kernels_keep_second_derivatives(fn):
+    # A PrivateUse1 kernel must not hide an op's autograd formula or decomposition.
+    x = torch.randn(3, 4, dtype=torch.float64, device="mydev", requires_grad=True)
+    assert torch.autograd.gradgradcheck(fn, (x,))

@@ -24,8 +24,6 @@
 #include <ATen/ops/sigmoid_backward_native.h>
 #include <ATen/ops/sigmoid_native.h>
 #include <ATen/ops/silu.h>
-#include <ATen/ops/silu_backward.h>
-#include <ATen/ops/silu_backward_native.h>
 #include <ATen/ops/silu_native.h>
 #include <ATen/ops/sqrt.h>
 #include <ATen/ops/sqrt_native.h>
@@ -43,7 +41,9 @@ namespace {
 using namespace structured;
 
 // gelu's loops are called with kCPU by their structured class, so only these
-// stubs are looked up by device.
+// stubs are looked up by device. silu_backward is not here: it also has a
+// CompositeImplicitAutograd kernel, and a PrivateUse1 kernel would replace that
+// decomposition under autograd, losing silu's second derivative.
 const bool g_stubs_mirrored = [] {
   mirror_cpu_stub(at::native::exp_stub);
   mirror_cpu_stub(at::native::log_stub);
@@ -52,7 +52,6 @@ const bool g_stubs_mirrored = [] {
   mirror_cpu_stub(at::native::sigmoid_stub);
   mirror_cpu_stub(at::native::tanh_stub);
   mirror_cpu_stub(at::native::silu_stub);
-  mirror_cpu_stub(at::native::silu_backward_stub);
   mirror_cpu_stub(at::native::sigmoid_backward_stub);
   mirror_cpu_stub(at::native::tanh_backward_stub);
   mirror_cpu_stub(at::native::threshold_stub);
@@ -118,12 +117,6 @@ at::Tensor tanh_backward(const at::Tensor& grad, const at::Tensor& output) {
       grad, output);
 }
 
-at::Tensor silu_backward(const at::Tensor& grad, const at::Tensor& self) {
-  return functional<at::native::structured_silu_backward_out>(
-      "aten::silu_backward", [](const at::Tensor& g, const at::Tensor& a) { return at::silu_backward(g, a); },
-      grad, self);
-}
-
 at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& threshold) {
   return functional<at::native::structured_threshold_backward_out>(
       "aten::threshold_backward",
@@ -146,7 +139,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("gelu_backward", TORCH_FN(gelu_backward));
   m.impl("sigmoid_backward", TORCH_FN(sigmoid_backward));
   m.impl("tanh_backward", TORCH_FN(tanh_backward));
-  m.impl("silu_backward", TORCH_FN(silu_backward));
   m.impl("threshold_backward", TORCH_FN(threshold_backward));
 }
 
