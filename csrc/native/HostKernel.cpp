@@ -3,8 +3,6 @@
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/CPUAllocator.h>
 
-#include <unordered_map>
-
 #include "core/Allocator.h"
 #include "core/Generator.h"
 #include "core/TensorImpl.h"
@@ -305,33 +303,6 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       }
     }
   });
-}
-
-void register_host_kernels(torch::Library& lib, std::initializer_list<const char*> base_names) {
-  // aten op names by base name ("add" for aten::add and aten::add_), built once.
-  static const auto by_base = [] {
-    std::unordered_map<std::string, std::vector<c10::OperatorName>> map;
-    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
-      if (name.name.rfind("aten::", 0) != 0) continue;
-      std::string base = name.name.substr(6);
-      if (base.size() > 1 && base.back() == '_' && base[base.size() - 2] != '_') base.pop_back();
-      map[base].push_back(name);
-    }
-    return map;
-  }();
-  for (const char* base : base_names) {
-    auto it = by_base.find(base);
-    TORCH_INTERNAL_ASSERT(it != by_base.end(), "register_host_kernels: no aten op named ", base);
-    for (const auto& name : it->second) {
-      auto handle = c10::Dispatcher::singleton().findOp(name);
-      if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-          handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
-        continue;
-      }
-      const std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-      lib.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
-    }
-  }
 }
 
 } // namespace my_device
