@@ -92,6 +92,12 @@ at::Tensor HostCall::to_host(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kMyDev) {
     return t;
   }
+  // The same tensor passed twice (logical_and_ calls logical_and_out(self, self,
+  // other)) must stay one tensor: CPU kernels tell in-place from out= by
+  // identity, and check broadcasting differently for each.
+  for (const auto& pair : tensors_) {
+    if (pair.device.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return pair.host;
+  }
   c10::StorageImpl* device_storage = t.storage().unsafeGetStorageImpl();
   const c10::Storage* host_storage = nullptr;
   for (const auto& pair : storages_) {
@@ -113,7 +119,7 @@ at::Tensor HostCall::to_host(const at::Tensor& t) {
   impl->_set_conj(t.is_conj());
   impl->_set_neg(t.is_neg());
   at::Tensor host(std::move(impl));
-  tensors_.push_back({host.unsafeGetTensorImpl(), t});
+  tensors_.push_back({host, t});
   return host;
 }
 
@@ -137,7 +143,7 @@ void HostCall::write_back() {
     host->set_data_ptr_noswap(c10::DataPtr(pair.device->mutable_data(), c10::Device(kCPU)));
   }
   for (auto& pair : tensors_) {
-    c10::TensorImpl* host = pair.host;
+    c10::TensorImpl* host = pair.host.unsafeGetTensorImpl();
     c10::TensorImpl* dev = pair.device.unsafeGetTensorImpl();
     if (host->sizes() != dev->sizes() || host->strides() != dev->strides() ||
         host->storage_offset() != dev->storage_offset()) {
@@ -151,7 +157,7 @@ at::Tensor HostCall::to_device(const at::Tensor& r) {
     return r;
   }
   for (const auto& pair : tensors_) {
-    if (pair.host == r.unsafeGetTensorImpl()) return pair.device;
+    if (pair.host.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return pair.device;
   }
   c10::StorageImpl* host_storage = r.storage().unsafeGetStorageImpl();
   auto device_view = [&](const c10::Storage& storage) {

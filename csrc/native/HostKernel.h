@@ -44,7 +44,7 @@ class HostCall {
     c10::Storage host;
   };
   struct TensorPair {
-    c10::TensorImpl* host;
+    at::Tensor host;
     at::Tensor device;
   };
   struct Adopted {
