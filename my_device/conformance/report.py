@@ -8,9 +8,11 @@ import json
 
 FORWARD, BACKWARD = "test_forward", "test_backward"
 PASSING = ("pass",)
-# Not counted for or against an op: the test had nothing to check (e.g. the CPU
-# rejects every sample). Manifest skips count against it, like failures.
-NOTHING_TO_CHECK = ("the CPU rejects every sample", "no sample", "the CPU accepts out= for no sample")
+# Not counted for or against an op: the test had nothing to check (the CPU
+# rejects every sample), or the OpInfo itself limits it to another device.
+# Manifest skips and expected failures count against it, like failures.
+NOTHING_TO_CHECK = ("the CPU rejects every sample", "no sample", "the CPU accepts out= for no sample",
+                    "Only runs on cuda", "Triton DSL not available")
 
 
 def _neutral(r):
