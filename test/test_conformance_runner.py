@@ -64,7 +64,8 @@ def test_figures_count_manifest_skips_against_an_op_but_not_empty_tests():
     results = [rec("test_forward", "a", "float32", "pass"), rec("test_forward", "b", "float32", "xfail"),
                rec("test_forward", "c", "float32", "skip", "the CPU rejects every sample"),
                rec("test_forward", "d", "float32", "skip", "conformance manifest: hangs"),
-               rec("test_forward", "a", "int64", "fail")]
+               rec("test_forward", "a", "int64", "fail"), rec("*", "e", None, "crash")]
     figs = report.figures(results)
-    assert figs["forward_float32_opinfos"] == {"passing": 1, "total": 3, "percent": pytest.approx(33.33)}
-    assert figs["forward_all_dtypes_op_dtype_pairs"]["total"] == 4
+    assert figs["forward_float32_opinfos"] == {"passing": 1, "total": 4, "percent": 25.0}
+    assert figs["forward_all_dtypes_op_dtype_pairs"]["total"] == 5
+    assert figs["backward_opinfos"] == {"passing": 0, "total": 1, "percent": 0.0}

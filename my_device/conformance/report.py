@@ -31,7 +31,8 @@ def figures(results):
             by[(r["test"], r["op"], r["dtype"])].append(r["outcome"])
 
     def share(test, dtype=None, per_op=False):
-        keys = [k for k in by if k[0] == test and (dtype is None or k[2] == dtype)]
+        # a crashed op (test "*", no dtype) fails every test and dtype
+        keys = [k for k in by if k[0] in (test, "*") and (dtype is None or k[2] in (dtype, None))]
         if per_op:  # an op passes when every selected dtype passes
             ops = collections.defaultdict(list)
             for k in keys:
@@ -146,7 +147,11 @@ def write(path_json, path_md, meta, results, baseline_path=None, manifest_lookup
         with open(baseline_path) as f:
             regressions, improvements = compare(results, json.load(f)["results"])
     with open(path_json, "w") as f:
-        json.dump({"meta": meta, "figures": figs, "results": results}, f, indent=0, sort_keys=True)
+        # one result per line, so that two reports diff line by line
+        head = json.dumps({"meta": meta, "figures": figs}, indent=1, sort_keys=True)
+        rows = ",\n".join(json.dumps({k: v for k, v in r.items() if k != "nodeid"}, sort_keys=True)
+                          for r in sorted(results, key=lambda r: (r["op"] or "", r["test"], r["dtype"] or "")))
+        f.write(head[:-2] + ',\n "results": [\n' + rows + "\n]}\n")
     with open(path_md, "w") as f:
         f.write(markdown(meta, results, figs, regressions, improvements, manifest_lookup))
     return figs, regressions, improvements
