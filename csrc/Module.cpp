@@ -1,6 +1,7 @@
 // my_device._C: the Python entry points into the integration. Each binding is
 // a thin call into csrc/core or csrc/native; policy lives in my_device/.
 #include <c10/util/typeid.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
@@ -13,6 +14,7 @@
 #include "core/Launch.h"
 #include "core/Stream.h"
 #include "native/Fallback.h"
+#include "native/HostKernelOps.h"
 
 namespace my_device {
 namespace {
@@ -168,4 +170,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fallback_counts", &fallback_counts,
         "How many times each op (by 'aten::name.overload') ran through the copying CPU fallback.");
   m.def("reset_fallback_counts", &reset_fallback_counts);
+
+  // Operator coverage: the generic host-kernel registration, which must follow
+  // every static registration of this library, and the fallback tracker.
+  register_all_host_kernels();
+  m.def("_host_kernel_coverage", [] {
+    const HostKernelCoverage& c = host_kernel_coverage();
+    return py::make_tuple(c.host_kernel, c.own_kernel, c.excluded);
+  }, "(host-kernel overloads, overloads with their own mydev kernel, [(excluded overload, reason)]).");
+  m.def("_start_fallback_tracking", &start_fallback_tracking);
+  m.def("_stop_fallback_tracking", &stop_fallback_tracking);
+  m.def("_fallback_records", [] {
+    py::list out;
+    for (const auto& [sig, calls] : fallback_records()) {
+      py::list inputs;
+      for (const auto& in : sig.inputs) inputs.append(py::make_tuple(py::reinterpret_borrow<py::object>(
+            reinterpret_cast<PyObject*>(torch::getTHPDtype(in.dtype))), py::tuple(py::cast(in.shape))));
+      out.append(py::make_tuple(sig.op, py::tuple(inputs), calls));
+    }
+    return out;
+  }, "[(op, ((dtype, shape), ...), calls)] recorded since fallback tracking began.");
 }

@@ -9,6 +9,7 @@ import torch
 
 from . import _C  # loads the runtime and registers every kernel
 from ._C import fallback_counts, impl_type_name, reset_fallback_counts
+from .fallbacks import track_fallbacks
 
 _BACKEND = "mydev"
 
@@ -34,4 +35,4 @@ _register()
 from . import ops  # noqa: E402
 
 
-__all__ = ["fallback_counts", "impl_type_name", "ops", "reset_fallback_counts"]
+__all__ = ["fallback_counts", "impl_type_name", "ops", "reset_fallback_counts", "track_fallbacks"]

@@ -102,6 +102,22 @@ def test_copies_every_direction():
     torch.testing.assert_close(d.to("mydev:1", torch.int64).cpu(), x.long())  # cross-device converting
 
 
+def test_copies_of_conjugated_and_negated_views():
+    # these once recursed forever: the Conjugate fallback cloned into mydev, which copied, which cloned...
+    z = torch.randn(4, 3, dtype=torch.complex64)
+    d = z.to("mydev")
+    cases = [lambda t: t.conj().resolve_conj(), lambda t: t.conj().clone(), lambda t: t * t.conj(),
+             lambda t: torch._neg_view(t).clone(), lambda t: t.conj().t().contiguous()]
+    for f in cases:
+        torch.testing.assert_close(f(d).cpu(), f(z))
+    torch.testing.assert_close(z.conj().to("mydev").cpu(), z.conj())         # H2D of a conjugated view
+    torch.testing.assert_close(d.conj().cpu(), z.conj())                      # D2H of one
+    torch.testing.assert_close(d.conj().to("mydev:1").cpu(), z.conj())        # cross-device
+    dst = torch.empty(4, 3, dtype=torch.complex64, device="mydev")
+    dst.copy_(d.conj())
+    torch.testing.assert_close(dst.cpu(), z.conj())
+
+
 def test_scalars_and_fill():
     d = torch.zeros(3, device="mydev")
     d.fill_(2.5)

@@ -1,19 +1,29 @@
 """The copying CPU fallback: counted, warns once per op, can be made an error, never serves views."""
-import warnings
-
 import pytest
 import torch
 
 import my_device
 
-# An op with a CPU kernel that csrc/native does not register: it can only run
-# through the fallback. If it ever gets a native kernel, pick another.
-FALLBACK_OP = "aten::logaddexp.out"  # the functional form decomposes to it
+# Every aten op with a CPU kernel has a mydev kernel, so the fallback's users are
+# ops from other libraries that only ship a CPU kernel, like this one. The same
+# source defines it in subprocesses.
+CPU_ONLY_OP_SOURCE = """
+import torch
+_cpu_only_lib = torch.library.Library("mydev_test", "DEF")
+_cpu_only_lib.define("cpu_only_hypot(Tensor a, Tensor b) -> Tensor")
+_cpu_only_lib.impl("cpu_only_hypot", lambda a, b: torch.hypot(a, b), "CPU")
+"""
+exec(CPU_ONLY_OP_SOURCE)
+FALLBACK_OP = "mydev_test::cpu_only_hypot"
+
+
+def cpu_only_hypot(a, b):
+    return torch.ops.mydev_test.cpu_only_hypot(a, b)
 
 
 def _run():
     a, b = torch.randn(5), torch.randn(5)
-    return torch.logaddexp(a.to("mydev"), b.to("mydev")), torch.logaddexp(a, b)
+    return cpu_only_hypot(a.to("mydev"), b.to("mydev")), torch.hypot(a, b)
 
 
 def test_fallback_counts_and_matches_cpu(monkeypatch):
@@ -36,28 +46,25 @@ def test_native_ops_are_not_counted():
 
 
 def test_warns_once_per_op(python_subprocess):
-    r = python_subprocess("""
-        import warnings, torch, my_device
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            for _ in range(3):
-                torch.logaddexp(torch.randn(2, device="mydev"), torch.randn(2, device="mydev"))
-        msgs = [str(x.message) for x in w if "aten::logaddexp" in str(x.message)]
-        print(len(msgs))
-        print(msgs[0] if msgs else "")
-    """)
+    # torch.ops calls do not turn C++ warnings into Python ones, so the warning
+    # reaches stderr (aten calls through torch.* become Python warnings).
+    r = python_subprocess(CPU_ONLY_OP_SOURCE + """
+import my_device
+for _ in range(3):
+    torch.ops.mydev_test.cpu_only_hypot(torch.randn(2, device="mydev"), torch.randn(2, device="mydev"))
+""")
     assert r.returncode == 0, r.stderr
-    count, message = r.stdout.strip().split("\n", 1)
-    assert count == "1"
-    assert "copying fallback" in message and "MYDEV_FALLBACK=error" in message
+    warnings_seen = [line for line in r.stderr.splitlines() if "'mydev_test::cpu_only_hypot'" in line]
+    assert len(warnings_seen) == 1, r.stderr
+    assert "copying fallback" in warnings_seen[0] and "MYDEV_FALLBACK=error" in warnings_seen[0]
 
 
 def test_error_mode_names_the_op_and_loses_nothing(monkeypatch):
     monkeypatch.setenv("MYDEV_FALLBACK", "error")
     x = torch.randn(3, device="mydev")
     kept = x.cpu()
-    with pytest.raises(NotImplementedError, match="aten::logaddexp.*MYDEV_FALLBACK=error"):
-        torch.logaddexp(x, x)
+    with pytest.raises(NotImplementedError, match="mydev_test::cpu_only_hypot.*MYDEV_FALLBACK=error"):
+        cpu_only_hypot(x, x)
     torch.testing.assert_close(x.cpu(), kept)
     torch.testing.assert_close((x * 2).cpu(), kept * 2)
 
@@ -65,7 +72,7 @@ def test_error_mode_names_the_op_and_loses_nothing(monkeypatch):
 def test_bad_mode_is_rejected(monkeypatch):
     monkeypatch.setenv("MYDEV_FALLBACK", "sometimes")
     with pytest.raises(RuntimeError, match="MYDEV_FALLBACK must be one of"):
-        torch.logaddexp(torch.randn(2, device="mydev"), torch.randn(2, device="mydev"))
+        cpu_only_hypot(torch.randn(2, device="mydev"), torch.randn(2, device="mydev"))
 
 
 def test_view_ops_never_fall_back(monkeypatch):
@@ -78,3 +85,42 @@ def test_view_ops_never_fall_back(monkeypatch):
     for v in views:
         assert torch._C._is_alias_of(v, x), v.shape
         assert my_device.impl_type_name(v) == "my_device::MyDevTensorImpl"
+
+
+def test_track_fallbacks_records_ops_dtypes_and_shapes(monkeypatch):
+    monkeypatch.setenv("MYDEV_FALLBACK", "silent")
+    a32, b32 = torch.randn(2, 3, device="mydev"), torch.randn(2, 3, device="mydev")
+    a64, b64 = torch.randn(4, dtype=torch.float64, device="mydev"), torch.randn(4, dtype=torch.float64, device="mydev")
+    cpu_only_hypot(a32, b32)  # before the block: not recorded
+    with my_device.track_fallbacks() as fb:
+        for _ in range(2):
+            out = cpu_only_hypot(a32, b32)
+        cpu_only_hypot(a64, b64)
+        (a32 + b32).relu().sum().item()  # native ops: not recorded
+    cpu_only_hypot(a32, b32)  # after the block: not recorded
+    torch.testing.assert_close(out.cpu(), torch.hypot(a32.cpu(), b32.cpu()))
+    assert fb.counts() == {FALLBACK_OP: 3}
+    assert sorted(fb.records, key=lambda r: r.calls) == [
+        (FALLBACK_OP, ((torch.float64, (4,)), (torch.float64, (4,))), 1),
+        (FALLBACK_OP, ((torch.float32, (2, 3)), (torch.float32, (2, 3))), 2),
+    ]
+    table = fb.summary()
+    assert FALLBACK_OP in table and "float32[2, 3], float32[2, 3]" in table and "float64[4]" in table
+    assert "3 calls of 1 op" in table
+
+
+def test_track_fallbacks_nests_and_is_empty_without_fallbacks(monkeypatch):
+    monkeypatch.setenv("MYDEV_FALLBACK", "silent")
+    x = torch.randn(3, device="mydev")
+    with my_device.track_fallbacks() as outer:
+        cpu_only_hypot(x, x)
+        with my_device.track_fallbacks() as inner:
+            cpu_only_hypot(x, x)
+        with my_device.track_fallbacks() as clean:
+            (x * 2).cpu()
+    assert outer.counts() == {FALLBACK_OP: 2}
+    assert inner.counts() == {FALLBACK_OP: 1}
+    assert not clean and clean.counts() == {} and "No op" in clean.summary()
+    with my_device.track_fallbacks() as later:  # nothing left over from closed trackers
+        pass
+    assert later.records == []

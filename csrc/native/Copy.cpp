@@ -111,5 +111,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
 }
 
+// copy_ sends every copy touching mydev to _copy_from. For a conjugated or
+// negated source, the Conjugate/Negative keys' fallback would first materialise
+// it with clone(), which is itself a copy_ into mydev: endless recursion. The
+// kernels above take conj and neg bits as they are (HostCall keeps them, and
+// the host side resolves them), so those keys pass these ops straight through.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
 } // namespace
 } // namespace my_device

@@ -6,8 +6,11 @@
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -34,6 +37,35 @@ std::mutex g_mutex;
 std::unordered_map<std::string, int64_t> g_counts;
 std::unordered_set<std::string> g_warned;
 
+// track_fallbacks(): while at least one tracker is open, each call is also
+// recorded under the dtypes and shapes of its tensor inputs. Off by default,
+// because describing every input costs more than the counter.
+std::atomic<int> g_tracking{0};
+std::map<FallbackSignature, int64_t> g_records;
+
+FallbackSignature describe_inputs(const std::string& name, const c10::FunctionSchema& schema,
+                                  const torch::jit::Stack& stack) {
+  FallbackSignature sig{name, {}};
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    sig.inputs.push_back({t.scalar_type(), t.sizes().vec()});
+  };
+  const size_t nargs = schema.arguments().size();
+  for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      add(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) add(t);
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) add(e.toTensor());
+      }
+    }
+  }
+  return sig;
+}
+
 void copying_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const std::string name = c10::toString(op.schema().operator_name());
   const FallbackMode mode = fallback_mode();
@@ -50,9 +82,12 @@ void copying_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch:
                "copying fallback, which copies every input and output. my_device.fallback_counts() lists such "
                "ops; MYDEV_FALLBACK=error makes this an error and MYDEV_FALLBACK=silent hides this warning.");
   }
+  std::optional<FallbackSignature> sig;
+  if (g_tracking.load() > 0) sig = describe_inputs(name, op.schema(), *stack);
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
   std::lock_guard<std::mutex> lock(g_mutex);
   ++g_counts[name];
+  if (sig) ++g_records[std::move(*sig)];
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -69,6 +104,20 @@ std::unordered_map<std::string, int64_t> fallback_counts() {
 void reset_fallback_counts() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_counts.clear();
+}
+
+void start_fallback_tracking() {
+  ++g_tracking;
+}
+
+void stop_fallback_tracking() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (--g_tracking == 0) g_records.clear();
+}
+
+std::vector<std::pair<FallbackSignature, int64_t>> fallback_records() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return {g_records.begin(), g_records.end()};
 }
 
 } // namespace my_device

@@ -1,12 +1,40 @@
 #pragma once
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace my_device {
 
 // How many times each op (by "aten::name.overload") went through the copying fallback.
 std::unordered_map<std::string, int64_t> fallback_counts();
 void reset_fallback_counts();
+
+// One kind of fallback call: the op and the dtype and shape of each tensor
+// input, in argument order (tensor lists flattened, undefined tensors left out).
+struct FallbackInput {
+  c10::ScalarType dtype;
+  std::vector<int64_t> shape;
+  bool operator<(const FallbackInput& o) const {
+    return std::tie(dtype, shape) < std::tie(o.dtype, o.shape);
+  }
+};
+struct FallbackSignature {
+  std::string op;
+  std::vector<FallbackInput> inputs;
+  bool operator<(const FallbackSignature& o) const {
+    return std::tie(op, inputs) < std::tie(o.op, o.inputs);
+  }
+};
+
+// While tracking is on (start/stop nest), fallback_records() holds each
+// signature seen since tracking began and its number of calls.
+void start_fallback_tracking();
+void stop_fallback_tracking();
+std::vector<std::pair<FallbackSignature, int64_t>> fallback_records();
 
 } // namespace my_device

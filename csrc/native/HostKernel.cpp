@@ -4,8 +4,6 @@
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/CPUAllocator.h>
 
-#include <unordered_map>
-
 #include "core/Allocator.h"
 #include "core/Generator.h"
 #include "core/TensorImpl.h"
@@ -95,6 +93,12 @@ at::Tensor HostCall::to_host(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kMyDev) {
     return t;
   }
+  // The same tensor passed twice (logical_and_ calls logical_and_out(self, self,
+  // other)) must stay one tensor: CPU kernels tell in-place from out= by
+  // identity, and check broadcasting differently for each.
+  for (const auto& pair : tensors_) {
+    if (pair.device.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return pair.host;
+  }
   c10::StorageImpl* device_storage = t.storage().unsafeGetStorageImpl();
   const c10::Storage* host_storage = nullptr;
   for (const auto& pair : storages_) {
@@ -116,7 +120,7 @@ at::Tensor HostCall::to_host(const at::Tensor& t) {
   impl->_set_conj(t.is_conj());
   impl->_set_neg(t.is_neg());
   at::Tensor host(std::move(impl));
-  tensors_.push_back({host.unsafeGetTensorImpl(), t});
+  tensors_.push_back({host, t});
   return host;
 }
 
@@ -140,7 +144,7 @@ void HostCall::write_back() {
     host->set_data_ptr_noswap(c10::DataPtr(pair.device->mutable_data(), c10::Device(kCPU)));
   }
   for (auto& pair : tensors_) {
-    c10::TensorImpl* host = pair.host;
+    c10::TensorImpl* host = pair.host.unsafeGetTensorImpl();
     c10::TensorImpl* dev = pair.device.unsafeGetTensorImpl();
     if (host->sizes() != dev->sizes() || host->strides() != dev->strides() ||
         host->storage_offset() != dev->storage_offset()) {
@@ -154,7 +158,7 @@ at::Tensor HostCall::to_device(const at::Tensor& r) {
     return r;
   }
   for (const auto& pair : tensors_) {
-    if (pair.host == r.unsafeGetTensorImpl()) return pair.device;
+    if (pair.host.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return pair.device;
   }
   c10::StorageImpl* host_storage = r.storage().unsafeGetStorageImpl();
   auto device_view = [&](const c10::Storage& storage) {
@@ -298,33 +302,6 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       }
     }
   });
-}
-
-void register_host_kernels(torch::Library& lib, std::initializer_list<const char*> base_names) {
-  // aten op names by base name ("add" for aten::add and aten::add_), built once.
-  static const auto by_base = [] {
-    std::unordered_map<std::string, std::vector<c10::OperatorName>> map;
-    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
-      if (name.name.rfind("aten::", 0) != 0) continue;
-      std::string base = name.name.substr(6);
-      if (base.size() > 1 && base.back() == '_' && base[base.size() - 2] != '_') base.pop_back();
-      map[base].push_back(name);
-    }
-    return map;
-  }();
-  for (const char* base : base_names) {
-    auto it = by_base.find(base);
-    TORCH_INTERNAL_ASSERT(it != by_base.end(), "register_host_kernels: no aten op named ", base);
-    for (const auto& name : it->second) {
-      auto handle = c10::Dispatcher::singleton().findOp(name);
-      if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-          handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
-        continue;
-      }
-      const std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-      lib.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
-    }
-  }
 }
 
 } // namespace my_device

@@ -44,7 +44,7 @@ class HostCall {
     c10::Storage host;
   };
   struct TensorPair {
-    c10::TensorImpl* host;
+    at::Tensor host;
     at::Tensor device;
   };
   struct Adopted {
@@ -74,10 +74,5 @@ auto run_on_host(c10::DeviceIndex device, F&& body) {
 
 // The boxed host kernel, usable for any op whose CPU kernel is registered.
 void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
-
-// Registers host_kernel for PrivateUse1 on every overload (functional, in-place,
-// out=) of the named aten ops that has a CPU kernel. Names are base names
-// ("add" covers add.Tensor, add_.Tensor, add.out, ...).
-void register_host_kernels(torch::Library& lib, std::initializer_list<const char*> base_names);
 
 } // namespace my_device

@@ -1,81 +1,116 @@
-// Which aten ops run as host kernels on mydev, grouped by op family. Every
-// overload of a listed op that has a CPU kernel is registered (functional,
-// in-place and out=). Ops PyTorch decomposes (CompositeImplicitAutograd or
-// CompositeExplicitAutograd with no CPU kernel of their own, e.g. linear,
-// matmul, embedding, dropout, softmax, stack, transpose) need no entry: they
-// reach these kernels through their decomposition.
-// Ops not listed anywhere in csrc/native go through the copying fallback.
+// Which aten ops run as host kernels on mydev: every operator overload that has
+// a CPU kernel of its own, minus the exclusions below.
+//
+// The registration runs at module init (register_all_host_kernels, called from
+// Module.cpp), not from a static initialiser: it must see every static
+// PrivateUse1 registration of this library (views, copies, factories,
+// convolution, dropout, BinaryOps) so that it never replaces one, and static
+// initialisers across translation units run in no defined order.
+//
+// Ops that need no kernel at all are the composite ones, which have no CPU
+// kernel of their own, so the rule leaves them alone:
+// - CompositeImplicitAutograd ops (linear, matmul, softmax, dropout, embedding,
+//   transpose, reshape, ...) decompose above autograd; mydev only sees their parts.
+// - CompositeExplicitAutograd ops (stack, diagonal, full, zeros_like, rand, ...)
+//   have one kernel for every backend, written in terms of other ops.
+// Two overlaps are decided here. An op with both a CPU and a
+// CompositeImplicitAutograd kernel (silu_backward, mish_backward,
+// native_channel_shuffle) is left to its decomposition: a PrivateUse1 kernel
+// would make AutogradPrivateUse1 stop using the decomposition, losing its
+// derivative. An op with a CPU kernel and a CompositeExplicitAutograd* kernel
+// (the functional and in-place forms of every structured op, native_layer_norm,
+// addr, ...) gets the host kernel: the composite one would run the op as
+// several ops (meta, empty, out=) where the CPU kernel is one call.
+#include <memory>
+#include <string>
+#include <string_view>
+
 #include "HostKernel.h"
+#include "HostKernelOps.h"
 
 namespace my_device {
+namespace {
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  // Pointwise binary arithmetic.
-  register_host_kernels(m, {"add", "sub", "mul", "div", "remainder", "fmod", "pow", "maximum", "minimum",
-                            "fmax", "fmin", "atan2", "hypot", "copysign", "floor_divide", "lerp", "addcmul",
-                            "addcdiv", "xlogy", "rsub", "heaviside", "nextafter", "clamp", "clamp_min",
-                            "clamp_max", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-                            "bitwise_left_shift", "bitwise_right_shift"});
-  // Comparisons and logic.
-  register_host_kernels(m, {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-                            "logical_not", "isnan", "isinf", "isposinf", "isneginf", "signbit", "equal",
-                            "isin"});
-  // Pointwise unary math.
-  register_host_kernels(m, {"abs", "neg", "sign", "sgn", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2",
-                            "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-                            "asinh", "acosh", "atanh", "sigmoid", "logit", "erf", "erfc", "erfinv", "floor",
-                            "ceil", "round", "trunc", "frac", "reciprocal", "nan_to_num", "lgamma", "digamma",
-                            "polygamma", "i0", "sinc", "deg2rad", "rad2deg", "angle", "conj_physical"});
-  // Reductions, scans and sorting.
-  register_host_kernels(m, {"sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "std",
-                            "var", "std_mean", "var_mean", "norm", "linalg_vector_norm", "logsumexp", "cumsum",
-                            "cumprod", "all", "any", "aminmax", "nansum", "count_nonzero", "median",
-                            "nanmedian", "mode", "sort", "topk", "kthvalue", "cummax", "cummin",
-                            "logcumsumexp", "_is_all_true", "_is_any_true"});
-  // Matrix products.
-  register_host_kernels(m, {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "addr",
-                            "_addmm_activation"});
-  // Activations and their backward kernels.
-  register_host_kernels(m, {"relu", "gelu", "gelu_backward", "silu", "silu_backward", "hardtanh",
-                            "hardtanh_backward", "threshold", "threshold_backward", "leaky_relu",
-                            "leaky_relu_backward", "elu", "elu_backward", "softplus", "softplus_backward",
-                            "hardsigmoid", "hardsigmoid_backward", "hardswish", "hardswish_backward", "mish",
-                            "mish_backward", "sigmoid_backward", "tanh_backward", "log_sigmoid_forward",
-                            "log_sigmoid_backward", "glu", "glu_backward", "_prelu_kernel",
-                            "_prelu_kernel_backward"});
-  // Softmax and losses.
-  register_host_kernels(m, {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data",
-                            "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
-                            "mse_loss", "mse_loss_backward", "binary_cross_entropy",
-                            "binary_cross_entropy_backward", "smooth_l1_loss", "smooth_l1_loss_backward",
-                            "huber_loss", "huber_loss_backward"});
-  // Indexing, selection and joining.
-  register_host_kernels(m, {"where", "cat", "index", "index_put", "_index_put_impl", "index_select",
-                            "index_add", "index_fill", "index_copy", "index_reduce", "gather", "scatter",
-                            "scatter_add", "scatter_reduce", "masked_fill", "masked_select", "masked_scatter",
-                            "take", "put", "nonzero", "embedding_dense_backward", "embedding_renorm", "flip",
-                            "roll", "tril", "triu", "_unique2", "unique_consecutive", "unique_dim", "bincount",
-                            "histc", "searchsorted", "bucketize", "linalg_cross", "repeat_interleave"});
-  // Filling and creation.
-  register_host_kernels(m, {"fill", "zero", "arange", "linspace", "logspace", "eye", "tril_indices",
-                            "triu_indices", "randperm"});
-  // Random sampling (drawn from the mydev generator; native_dropout is in Random.cpp).
-  register_host_kernels(m, {"bernoulli", "native_dropout_backward", "uniform", "normal",
-                            "random", "exponential", "geometric", "cauchy", "log_normal", "multinomial"});
-  // Normalisation.
-  register_host_kernels(m, {"native_layer_norm", "native_layer_norm_backward", "native_batch_norm",
-                            "native_batch_norm_backward", "_native_batch_norm_legit",
-                            "_native_batch_norm_legit_no_training", "native_group_norm",
-                            "native_group_norm_backward", "batch_norm_update_stats"});
-  // Pooling, resampling and padding.
-  register_host_kernels(m, {"max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
-                            "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
-                            "adaptive_max_pool2d", "adaptive_max_pool2d_backward", "upsample_nearest2d",
-                            "upsample_nearest2d_backward", "upsample_bilinear2d", "upsample_bilinear2d_backward",
-                            "im2col", "col2im", "reflection_pad2d", "replication_pad2d", "constant_pad_nd"});
-  // Fused optimizer steps and AMP's gradient unscaling.
-  register_host_kernels(m, {"_fused_adam", "_fused_adamw", "_fused_sgd", "_amp_foreach_non_finite_check_and_unscale",
-                            "_amp_update_scale"});
+struct Exclusion {
+  std::string_view prefix;  // of the op name without "aten::"; "=" prefix: this exact name
+  std::string_view reason;
+};
+
+// Ops whose CPU kernel must not serve mydev tensors. Everything else with a
+// CPU kernel runs as a host kernel. The copying fallback still serves these
+// (except views, which it refuses), and my_device.fallback_counts() shows it.
+constexpr Exclusion kExclusions[] = {
+    // Their CPU kernels produce or consume tensors of another layout or
+    // backend (MkldnnCPU, QuantizedCPU, SparseCPU, NestedTensorCPU), which a
+    // MyDevTensorImpl over device bytes cannot represent.
+    {"mkldnn", "produces or needs oneDNN (mkldnn) layout tensors"},
+    {"_mkldnn", "produces or needs oneDNN (mkldnn) layout tensors"},
+    {"to_mkldnn", "produces oneDNN (mkldnn) layout tensors"},
+    {"quantize_per", "produces QuantizedCPU tensors"},
+    {"_make_per_", "produces QuantizedCPU tensors"},
+    {"_empty_affine_quantized", "produces QuantizedCPU tensors"},
+    {"_empty_per_channel_affine_quantized", "produces QuantizedCPU tensors"},
+    {"q_", "quantized-tensor accessors"},
+    {"fbgemm_", "packs weights into opaque fbgemm buffers"},
+    {"_to_sparse", "produces SparseCPU tensors"},
+    {"to_sparse", "produces SparseCPU tensors"},
+    {"_sparse", "sparse-tensor kernels"},
+    {"sparse_", "sparse-tensor kernels"},
+    {"_nested", "produces NestedTensorCPU tensors"},
+    {"_efficientzerotensor", "produces ZeroTensor-keyed tensors with no storage"},
+    // Pinning is a property of host memory; device tensors are never pinned,
+    // and their answer comes from the device hooks, not from a CPU kernel.
+    {"=_pin_memory", "host-memory pinning, meaningless for device tensors"},
+    {"=is_pinned", "host-memory pinning, meaningless for device tensors"},
+};
+
+const Exclusion* find_exclusion(std::string_view name) {
+  for (const auto& e : kExclusions) {
+    if (e.prefix.front() == '=' ? name == e.prefix.substr(1) : name.substr(0, e.prefix.size()) == e.prefix) {
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
+
+std::string full_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+HostKernelCoverage g_coverage;
+
+} // namespace
+
+void register_all_host_kernels() {
+  // The registrations live as long as the process; a Library's destructor would
+  // unregister them.
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                                        __LINE__);
+  static bool done = false;
+  if (done) return;
+  done = true;
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto handle = dispatcher.findOp(name);
+    if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) || handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
+    const std::string full = full_name(name);
+    if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      g_coverage.own_kernel.push_back(full);
+      continue;
+    }
+    if (const Exclusion* e = find_exclusion(std::string_view(name.name).substr(6))) {
+      g_coverage.excluded.emplace_back(full, std::string(e->reason));
+      continue;
+    }
+    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
+    g_coverage.host_kernel.push_back(full);
+  }
+}
+
+const HostKernelCoverage& host_kernel_coverage() {
+  return g_coverage;
 }
 
 } // namespace my_device

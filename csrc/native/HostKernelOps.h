@@ -1,0 +1,21 @@
+#pragma once
+// The generic host-kernel registration (see HostKernelOps.cpp) and what it did.
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace my_device {
+
+// Registers host_kernel for PrivateUse1 on every aten overload with a CPU kernel
+// that has no PrivateUse1 kernel yet and is not excluded. Call once, after every
+// static registration of this library has run (Module.cpp's init does).
+void register_all_host_kernels();
+
+struct HostKernelCoverage {
+  std::vector<std::string> host_kernel;  // registered by register_all_host_kernels
+  std::vector<std::string> own_kernel;   // already had a mydev kernel of their own
+  std::vector<std::pair<std::string, std::string>> excluded;  // with the reason
+};
+const HostKernelCoverage& host_kernel_coverage();
+
+} // namespace my_device

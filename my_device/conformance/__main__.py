@@ -1,0 +1,138 @@
+"""python -m my_device.conformance: the full OpInfo sweep, crash-isolated, with a report.
+
+Runs the conformance test module (test/test_conformance.py by default) under
+pytest in batches of OpInfos, each batch in its own process, so a crash loses
+one batch: the OpInfos of a crashed batch that reported nothing are rerun one
+by one, and one that still crashes is recorded as "crash". Writes report.json
+and report.md to --out. Examples:
+
+    python -m my_device.conformance                              # everything
+    python -m my_device.conformance --dtypes float32 --out /tmp/c
+    python -m my_device.conformance --ops add,nn.functional.relu --baseline docs/conformance.json
+    python -m my_device.conformance --module path/to/vendor_test.py
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import manifest, report, selection
+from .plugin import RESULTS_VAR
+
+DEFAULT_MODULE = pathlib.Path(__file__).resolve().parents[2] / "test" / "test_conformance.py"
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python -m my_device.conformance", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", help="comma-separated OpInfo names or full names (default: all of op_db)")
+    p.add_argument("--dtypes", help="comma-separated dtypes, e.g. float32,int64 (default: all the CPU supports)")
+    p.add_argument("--tests", help="comma-separated test names, e.g. test_forward,test_backward (default: all)")
+    p.add_argument("--module", default=str(DEFAULT_MODULE), help="the pytest module to run (default: %(default)s)")
+    p.add_argument("--out", default="conformance-report", help="directory for report.json and report.md")
+    p.add_argument("--baseline", help="an earlier report.json: list regressions and improvements against it")
+    p.add_argument("--batch-size", type=int, default=25, help="OpInfos per process (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds before a batch counts as hung")
+    return p.parse_args(argv)
+
+
+def _select_ops(spec):
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    names = [op.full_name for op in op_db]
+    if not spec:
+        return names
+    wanted = [s.strip() for s in spec.split(",") if s.strip()]
+    chosen = [op.full_name for op in op_db if op.full_name in wanted or op.name in wanted]
+    unknown = [w for w in wanted if w not in names and not any(op.name == w for op in op_db)]
+    if unknown:
+        sys.exit(f"no OpInfo named {unknown}")
+    return chosen
+
+
+def _run_batch(args, ops, results_path):
+    env = dict(os.environ)
+    env.update({selection.MODE_VAR: "full", selection.OPS_VAR: ",".join(ops), RESULTS_VAR: results_path,
+                "MYDEV_FALLBACK": "silent", "PYTORCH_PRINT_REPRO_ON_FAILURE": "0"})
+    if args.dtypes:
+        env[selection.DTYPES_VAR] = args.dtypes
+    cmd = [sys.executable, "-m", "pytest", args.module, "-q", "-p", "my_device.conformance.plugin",
+           "-p", "no:cacheprovider", "--tb=no", "--no-header", "-rN"]
+    if args.tests:
+        cmd += ["-k", " or ".join(t.strip() for t in args.tests.split(","))]
+    try:
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=args.timeout)
+        return proc.returncode, proc.stdout[-2000:]
+    except subprocess.TimeoutExpired:
+        return "timeout", ""
+
+
+def _read(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main(argv=None):
+    args = _parse(argv)
+    ops = _select_ops(args.ops)
+    batches = [ops[i:i + args.batch_size] for i in range(0, len(ops), args.batch_size)]
+    os.makedirs(args.out, exist_ok=True)
+    results, crashed = [], []
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, batch in enumerate(batches, 1):
+            path = os.path.join(tmp, f"batch{n}.jsonl")
+            code, tail = _run_batch(args, batch, path)
+            got = _read(path)
+            if code not in (0, 1, 5):  # 5: nothing collected (e.g. --tests matched none)
+                seen = {r["op"] for r in got}
+                for op in (o for o in batch if o not in seen):
+                    single = os.path.join(tmp, f"batch{n}-{len(crashed)}-{op}.jsonl")
+                    code1, tail1 = _run_batch(args, [op], single)
+                    got_single = _read(single)
+                    got += got_single
+                    if code1 not in (0, 1, 5) and not got_single:
+                        crashed.append(op)
+                        got.append({"nodeid": None, "test": "*", "op": op, "dtype": None, "outcome": "crash",
+                                    "message": f"pytest exited with {code1}: {tail1.strip()[-300:]}",
+                                    "seconds": None, "fallbacks": {}})
+            results += got
+            elapsed = time.monotonic() - start
+            eta = elapsed / n * (len(batches) - n)
+            fails = sum(r["outcome"] in ("fail", "crash", "xpass") for r in results)
+            print(f"[{n}/{len(batches)}] {sum(len(b) for b in batches[:n])}/{len(ops)} OpInfos, "
+                  f"{len(results)} tests, {fails} failing, {elapsed / 60:.1f} min elapsed, "
+                  f"ETA {eta / 60:.1f} min", flush=True)
+    import torch
+
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "torch": torch.__version__, "command": "python -m my_device.conformance " + " ".join(argv or sys.argv[1:]),
+            "module": os.path.relpath(args.module) if args.module.startswith(os.getcwd()) else args.module,
+            "opinfos": len(ops), "dtypes": args.dtypes or "all the CPU supports", "tests": args.tests or "all",
+            "minutes": round((time.monotonic() - start) / 60, 1), "crashed": crashed}
+    figs, regressions, improvements = report.write(
+        os.path.join(args.out, "report.json"), os.path.join(args.out, "report.md"), meta, results,
+        args.baseline, lambda op, test, dtype: manifest.lookup(
+            op, test, selection.dtype_from_name(dtype) if dtype else None))
+    for name, f in figs.items():
+        if isinstance(f, dict) and "passing" in f:
+            print(f"{name}: {f['passing']}/{f['total']} ({f['percent']}%)")
+    print(f"ops served by the copying fallback: {figs['fallback_ops'] or 'none'}")
+    if regressions is not None:
+        print(f"against {args.baseline}: {len(regressions)} regressions, {len(improvements)} improvements")
+        for r in regressions:
+            print("  regression:", *r)
+    print(f"report: {os.path.join(args.out, 'report.md')}")
+    return 1 if regressions else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

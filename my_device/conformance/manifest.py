@@ -1,0 +1,132 @@
+"""Expected failures and skips of the mydev conformance suite, and the CI subset.
+
+This is the only place a conformance test may be skipped or marked as an
+expected failure, and every entry says why. test/test_conformance.py hands the
+entries to PyTorch's device-test framework through
+PrivateUse1TestBase.set_test_configs(op_overrides=...), so they act like an
+OpInfo's own DecorateInfo skips, restricted to mydev.
+
+An entry:
+    Entry(op, kind, reason, tests=(), dtypes=())
+op is an OpInfo full_name ("div.floor_rounding"); kind is XFAIL (the test must
+fail: it starts failing the suite when it passes, so fixed ops get noticed) or
+SKIP (it is not run: for crashes and hangs only); tests are test names without
+the device/dtype suffix ("test_forward"), () for all; dtypes () for all.
+"""
+import unittest
+from typing import NamedTuple
+
+import torch
+
+XFAIL = "xfail"
+SKIP = "skip"
+
+TEST_CLASS = "TestConformance"
+
+
+class Entry(NamedTuple):
+    op: str
+    kind: str
+    reason: str
+    tests: tuple = ()
+    dtypes: tuple = ()
+
+
+F32 = (torch.float32,)
+
+ENTRIES = [
+    # --- the test's premise does not hold for the op (the CPU would fail the same way)
+    Entry("as_strided.partial_views", XFAIL, "reads storage outside the sample's view; .to(device) copies only "
+          "the view's elements, so the bytes around it differ (as on CUDA)", ("test_forward", "test_noncontiguous")),
+    Entry("as_strided", XFAIL, "as_strided addresses the storage, and a non-contiguous copy lays it out "
+          "differently, so the same strides select other elements", ("test_noncontiguous",)),
+    Entry("as_strided_copy", XFAIL, "as for as_strided: strides into a differently laid-out storage",
+          ("test_noncontiguous",)),
+    Entry("as_strided_scatter", XFAIL, "as for as_strided: strides into a differently laid-out storage",
+          ("test_noncontiguous",)),
+    Entry("native_group_norm", XFAIL, "its CPU kernel requires a contiguous input (the CPU raises the same error "
+          "for a non-contiguous one)", ("test_noncontiguous",)),
+    Entry("view_as_complex", XFAIL, "requires a last dimension of stride 1, which a non-contiguous input "
+          "lacks (the CPU raises the same error)", ("test_noncontiguous",)),
+    Entry("tensor_split", XFAIL, "a sample passes indices as a tensor that the op requires on the CPU; the "
+          "test moves every tensor to mydev", ("test_forward", "test_noncontiguous", "test_backward")),
+    Entry("to", XFAIL, "samples convert to an explicit device or to another tensor's device, which the test "
+          "cannot retarget to mydev", ("test_forward", "test_noncontiguous", "test_backward")),
+    # --- real differences, not fixed yet
+    Entry("addr", XFAIL, "addr_ with a 0-d self: the CPU rejects it, mydev's decomposition broadcasts it",
+          ("test_inplace",), F32),
+    Entry("mode", XFAIL, "mode's out= variant checks the device type against a fixed list (CPU, CUDA, XPU)",
+          ("test_out",)),
+    Entry("sgn", XFAIL, "its backward creates a zero tensor with _efficientzerotensor, which has no mydev "
+          "kernel (excluded in HostKernelOps.cpp: a ZeroTensor has no storage) and goes through the copying "
+          "fallback", ("test_no_copying_fallback",)),
+    Entry("nn.functional.scaled_dot_product_attention", XFAIL, "on mydev SDPA takes the math backend, on the "
+          "CPU the fused CPU kernel: results differ by about 1e-5, just outside float32 tolerance",
+          ("test_backward", "test_noncontiguous"), F32),
+    Entry("nn.functional.fractional_max_pool3d", XFAIL, "random pooling regions: for some samples four CPU seeds "
+          "give the same output, so the test compares them by value, but mydev's generator picks other regions",
+          ("test_forward", "test_noncontiguous", "test_backward"), F32),
+    Entry("sparse.sampled_addmm", XFAIL, "sparse CSR tensors are not implemented on mydev",
+          ("test_forward", "test_noncontiguous", "test_backward")),
+    Entry("to_sparse", XFAIL, "sparse COO tensors are not implemented on mydev",
+          ("test_forward", "test_noncontiguous", "test_backward")),
+]
+
+# The representative subset CI runs (OpInfo names; every variant of each is
+# included): the families of a training step (pointwise, reductions, matmul,
+# activations, losses, normalisation, convolution, pooling, indexing, joining,
+# random, optimizers' building blocks), a few of each, and every op the former
+# test_opinfo.py covered. About 2 minutes on 2 idle cores.
+CI_OPS = (
+    "add", "sub", "mul", "div", "true_divide", "remainder", "pow", "clamp", "lerp", "addcmul", "where",
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "isnan", "bitwise_and",
+    "abs", "neg", "exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt", "sigmoid", "erf", "floor", "round",
+    "sum", "mean", "prod", "amax", "amin", "max", "argmax", "var", "std", "norm", "logsumexp", "cumsum", "sort", "topk",
+    "any",
+    "mm", "addmm", "bmm", "matmul", "einsum", "linalg.vector_norm",
+    "softmax", "log_softmax", "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu",
+    "nn.functional.leaky_relu", "nn.functional.hardtanh",
+    "nn.functional.cross_entropy", "nn.functional.nll_loss", "nn.functional.mse_loss",
+    "nn.functional.binary_cross_entropy",
+    "nn.functional.layer_norm", "nn.functional.batch_norm", "nn.functional.group_norm",
+    "nn.functional.conv2d", "nn.functional.max_pool2d", "nn.functional.avg_pool2d",
+    "nn.functional.adaptive_avg_pool2d", "nn.functional.interpolate", "nn.functional.pad",
+    "nn.functional.embedding", "nn.functional.linear", "nn.functional.dropout",
+    "index_put", "index_select", "index_add", "__getitem__", "gather", "scatter", "scatter_add", "masked_fill",
+    "masked_select", "nonzero", "take_along_dim",
+    "cat", "stack", "reshape", "transpose", "permute", "flip", "roll", "tril", "repeat",
+    "zeros_like", "arange", "full", "linspace",
+    "bernoulli", "normal", "uniform", "randn_like",
+    "logaddexp", "special.entr", "linalg.inv", "fft.rfft", "histc", "cdist",
+)
+CI_DTYPES = (torch.float32, torch.int64)
+
+
+def _decorator(entry):
+    if entry.kind == XFAIL:
+        return unittest.expectedFailure
+    if entry.kind == SKIP:
+        return unittest.skip(f"conformance manifest: {entry.reason}")
+    raise ValueError(f"manifest entry for {entry.op}: kind must be XFAIL or SKIP, not {entry.kind!r}")
+
+
+def op_overrides():
+    """The entries as set_test_configs(op_overrides=...) wants them: full_name -> [DecorateInfo]."""
+    from torch.testing._internal.opinfo.core import DecorateInfo
+
+    out = {}
+    for e in ENTRIES:
+        if not e.reason.strip():
+            raise ValueError(f"manifest entry for {e.op} has no reason")
+        for test in e.tests or (None,):
+            out.setdefault(e.op, []).append(
+                DecorateInfo(_decorator(e), TEST_CLASS, test, dtypes=e.dtypes or None))
+    return out
+
+
+def lookup(op, test, dtype):
+    """The entry that applies to one test (dtype as a torch.dtype), or None."""
+    for e in ENTRIES:
+        if e.op == op and (not e.tests or test in e.tests) and (not e.dtypes or dtype in e.dtypes):
+            return e
+    return None

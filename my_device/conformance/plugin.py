@@ -1,0 +1,88 @@
+"""A pytest plugin that writes each OpInfo test's outcome and fallback use as JSON lines.
+
+Loaded with `-p my_device.conformance.plugin`; it writes to the file named by
+MYDEV_CONFORMANCE_RESULTS (and does nothing without it). One line per test:
+{"nodeid", "test", "op", "dtype", "outcome", "message", "seconds", "fallbacks"}
+where test is the generic test name ("test_forward"), op the OpInfo full_name,
+outcome one of pass, fail, xfail, xpass, skip, and fallbacks the ops the copying
+CPU fallback served during the test, with their call counts.
+"""
+import json
+import os
+import re
+
+import pytest
+
+RESULTS_VAR = "MYDEV_CONFORMANCE_RESULTS"
+
+_SUFFIX = re.compile(r"_(?:mydev|privateuse1)(?:_(?P<dtype>[a-z0-9]+))?$")
+_formatted = None  # OpInfo formatted_name -> full_name, longest first
+
+
+def parse_test_name(name):
+    """("test_forward", "nn.functional.relu", "float32") from an instantiated test's name."""
+    global _formatted
+    if _formatted is None:
+        from torch.testing._internal.common_methods_invocations import op_db
+
+        _formatted = sorted(((op.formatted_name, op.full_name) for op in op_db), key=lambda p: -len(p[0]))
+    name = name.split("[")[0]
+    m = _SUFFIX.search(name)
+    if not m:
+        return name, None, None
+    rest, dtype = name[:m.start()], m.group("dtype")
+    for formatted, full in _formatted:
+        if rest.endswith("_" + formatted) and rest.startswith("test"):
+            return rest[:-len(formatted) - 1], full, dtype
+    return rest, None, dtype
+
+
+def _message(report):
+    if report.longrepr is None:
+        return ""
+    if isinstance(report.longrepr, tuple):  # skips: (file, line, reason)
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    return text.strip()[:2000]
+
+
+class _Recorder:
+    def __init__(self, path):
+        self.path = path
+        self.fallbacks = {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        import my_device
+
+        with my_device.track_fallbacks() as fb:
+            yield
+        self.fallbacks[item.nodeid] = fb.counts()
+
+    def pytest_runtest_logreport(self, report):
+        outcome = None
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            if hasattr(report, "wasxfail"):
+                outcome = "xpass" if report.passed else "xfail"
+            elif report.skipped:
+                outcome = "skip"
+            else:
+                outcome = "pass" if report.passed else "fail"
+        if outcome is None:
+            return
+        test, op, dtype = parse_test_name(report.nodeid.split("::")[-1])
+        message = _message(report)
+        if outcome == "fail" and "Unexpected success" in message:
+            outcome = "xpass"
+        record = {"nodeid": report.nodeid, "test": test, "op": op, "dtype": dtype, "outcome": outcome,
+                  "message": message if outcome != "pass" else "", "seconds": round(report.duration, 3),
+                  "fallbacks": self.fallbacks.pop(report.nodeid, {})}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def pytest_configure(config):
+    path = os.environ.get(RESULTS_VAR)
+    if path:
+        config.pluginmanager.register(_Recorder(path), "mydev-conformance-recorder")

@@ -1,0 +1,71 @@
+"""python -m my_device.conformance: batches, report files, baseline comparison, crash isolation."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from my_device.conformance import report
+from my_device.conformance.plugin import parse_test_name
+
+
+def test_test_names_map_back_to_opinfos():
+    assert parse_test_name("test_forward_nn_functional_relu_mydev_float32") == (
+        "test_forward", "nn.functional.relu", "float32")
+    assert parse_test_name("test_no_copying_fallback_max_reduction_no_dim_mydev_int64") == (
+        "test_no_copying_fallback", "max.reduction_no_dim", "int64")
+
+
+def _run(tmp_path, *args):
+    return subprocess.run([sys.executable, "-m", "my_device.conformance", "--out", str(tmp_path), *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_sweep_writes_a_report_and_compares_with_a_baseline(tmp_path):
+    r = _run(tmp_path, "--ops", "add,nn.functional.relu", "--dtypes", "float32", "--batch-size", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[2/2] 2/2 OpInfos" in r.stdout and "ETA" in r.stdout
+    data = json.loads((tmp_path / "report.json").read_text())
+    got = {(x["test"], x["op"]): x["outcome"] for x in data["results"]}
+    # the same tests the suite defines, each reported once, all passing
+    assert got[("test_forward", "add")] == "pass" and got[("test_backward", "nn.functional.relu")] == "pass"
+    assert got[("test_inplace", "add")] == "pass" and got[("test_out", "add")] == "pass"
+    assert set(got.values()) == {"pass"}
+    assert data["figures"]["forward_float32_opinfos"] == {"passing": 2, "total": 2, "percent": 100.0}
+    md = (tmp_path / "report.md").read_text()
+    assert "| add | ✓ |" in md and "no test used the copying fallback" in md
+
+    # a baseline in which add's backward failed and its forward passed but its
+    # out= test failed (not run again below: not compared)
+    baseline = dict(data)
+    changed = {("test_backward", "add"): "fail", ("test_forward", "add"): "pass", ("test_out", "add"): "fail"}
+    baseline["results"] = [dict(x, outcome=changed.get((x["test"], x["op"]), x["outcome"]))
+                           for x in data["results"]]
+    (tmp_path / "old.json").write_text(json.dumps(baseline))
+    r = _run(tmp_path / "again", "--ops", "add", "--dtypes", "float32", "--tests", "test_backward,test_forward",
+             "--baseline", str(tmp_path / "old.json"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 regressions, 1 improvements" in r.stdout
+    md = (tmp_path / "again" / "report.md").read_text()
+    assert "test_backward `add` float32: fail -> pass" in md
+
+    # and one in which relu's forward passed, then a run where it fails
+    assert report.compare([dict(data["results"][0], outcome="fail")], [data["results"][0]])[0]
+
+
+def test_unknown_op_is_an_error(tmp_path):
+    r = _run(tmp_path, "--ops", "no_such_op")
+    assert r.returncode != 0 and "no_such_op" in r.stderr
+
+
+def test_figures_count_manifest_skips_against_an_op_but_not_empty_tests():
+    rec = lambda test, op, dtype, outcome, message="": dict(test=test, op=op, dtype=dtype, outcome=outcome,
+                                                            message=message, fallbacks={})
+    results = [rec("test_forward", "a", "float32", "pass"), rec("test_forward", "b", "float32", "xfail"),
+               rec("test_forward", "c", "float32", "skip", "the CPU rejects every sample"),
+               rec("test_forward", "d", "float32", "skip", "conformance manifest: hangs"),
+               rec("test_forward", "a", "int64", "fail"), rec("*", "e", None, "crash")]
+    figs = report.figures(results)
+    assert figs["forward_float32_opinfos"] == {"passing": 1, "total": 4, "percent": 25.0}
+    assert figs["forward_all_dtypes_op_dtype_pairs"]["total"] == 5
+    assert figs["backward_opinfos"] == {"passing": 0, "total": 1, "percent": 0.0}

@@ -1,0 +1,109 @@
+"""Operator coverage: every aten op with a CPU kernel has a mydev kernel, and training needs no fallback."""
+import pytest
+import torch
+
+import my_device
+
+HOST_KERNEL, OWN_KERNEL, EXCLUDED = my_device._C._host_kernel_coverage()
+
+
+def _aten_ops_with_cpu_kernel():
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    return [n for n in torch._C._dispatch_get_all_op_names()
+            if n.startswith("aten::") and has(n, "CPU") and not has(n, "CompositeImplicitAutograd")]
+
+
+def _schema(full_name):
+    name, _, overload = full_name.partition(".")
+    return torch._C._get_schema(name, overload)
+
+
+def test_every_cpu_op_has_a_mydev_kernel_or_a_reason():
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    excluded = dict(EXCLUDED)
+    missing = [n for n in _aten_ops_with_cpu_kernel() if not has(n, "PrivateUse1") and n not in excluded]
+    assert missing == []
+    assert all(reason for reason in excluded.values())
+    assert not any(has(n, "PrivateUse1") for n in excluded)
+    assert len(HOST_KERNEL) > 900  # the generic registration ran, and ran after the static ones:
+    assert "aten::add.Tensor" in OWN_KERNEL and "aten::add.out" in HOST_KERNEL
+
+
+def test_composite_implicit_ops_keep_their_decomposition():
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    for name in ("aten::linear", "aten::matmul", "aten::softmax.int", "aten::silu_backward", "aten::dropout"):
+        assert has(name, "CompositeImplicitAutograd")
+        assert not has(name, "PrivateUse1"), name
+
+
+def test_host_kernels_never_serve_view_ops():
+    # A host kernel can map a view of an input back, but view ops need their
+    # own kernel (Views.cpp) or a decomposition; none may come here by accident.
+    views = [n for n in HOST_KERNEL
+             if any(r.alias_info is not None and not r.alias_info.is_write for r in _schema(n).returns)]
+    assert views == []
+
+
+def test_generic_kernels_match_cpu_without_fallback(monkeypatch):
+    # Ops that the old hand-written lists did not cover.
+    monkeypatch.setenv("MYDEV_FALLBACK", "error")
+    a, b = torch.randn(4, 5), torch.rand(4, 5) + 0.5
+    cases = [
+        lambda a, b: torch.logaddexp(a, b),
+        lambda a, b: torch.special.entr(b),
+        lambda a, b: torch.linalg.inv(a[:, :4] + 4 * torch.eye(4, device=a.device)),
+        lambda a, b: torch.nn.functional.interpolate(a[None, None], scale_factor=2, mode="bicubic"),
+        lambda a, b: torch.cdist(a, b),
+        lambda a, b: torch.fft.rfft(a),
+        lambda a, b: torch.histc(b, bins=4),
+    ]
+    for f in cases:
+        torch.testing.assert_close(f(a.to("mydev"), b.to("mydev")).cpu(), f(a, b))
+
+
+def test_generic_random_ops_draw_from_the_mydev_generator():
+    def draw():
+        x = torch.empty(1000, device="mydev")
+        return torch.cat([x.log_normal_(), x.clone().geometric_(0.3), torch.poisson(x.abs())]).cpu()
+
+    torch.manual_seed(1)  # (seeds mydev too, so mydev is seeded after it)
+    torch.mydev.manual_seed(7)
+    cpu_state = torch.get_rng_state()
+    first = draw()
+    assert torch.equal(torch.get_rng_state(), cpu_state), "a mydev random op advanced the CPU generator"
+    torch.manual_seed(123)  # a different CPU generator state must not matter
+    torch.mydev.manual_seed(7)
+    torch.testing.assert_close(draw(), first, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("model_name", ["mlp", "cnn"])
+def test_training_step_needs_no_fallback(model_name, monkeypatch):
+    torch.manual_seed(0)
+    if model_name == "mlp":
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                                    torch.nn.Dropout(0.1), torch.nn.Linear(32, 4))
+        x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    else:
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                    torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3), torch.nn.AdaptiveAvgPool2d(1),
+                                    torch.nn.Flatten(), torch.nn.Linear(8, 4))
+        x, y = torch.randn(4, 3, 12, 12), torch.randint(0, 4, (4,))
+    model.eval()  # dropout off, so both devices compute the same function
+    ref = {k: v.clone() for k, v in model.state_dict().items()}
+    results = {}
+    for device in ("cpu", "mydev"):
+        model.load_state_dict(ref)
+        m = model.to(device)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        my_device.reset_fallback_counts()
+        monkeypatch.setenv("MYDEV_FALLBACK", "error")
+        for _ in range(2):
+            loss = torch.nn.functional.cross_entropy(m(x.to(device)), y.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        monkeypatch.delenv("MYDEV_FALLBACK")
+        results[device] = (loss.item(), {k: v.detach().cpu().clone() for k, v in m.state_dict().items()})
+        assert my_device.fallback_counts() == {}
+    assert results["mydev"][0] == pytest.approx(results["cpu"][0], rel=1e-5)
+    torch.testing.assert_close(results["mydev"][1], results["cpu"][1])
