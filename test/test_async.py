@@ -273,3 +273,15 @@ def test_queued_kernels_keep_second_derivatives(fn):
     # A PrivateUse1 kernel must not hide an op's autograd formula or decomposition.
     x = torch.randn(3, 4, dtype=torch.float64, device="mydev", requires_grad=True)
     assert torch.autograd.gradgradcheck(fn, (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_binary_ops_with_python_numbers_keep_cpu_numerics(dtype):
+    # Half and bfloat16 loops compute in float with the number as a float; the
+    # number must not be rounded to the tensor's dtype first (3.14 -> 3.140625).
+    x = torch.randn(64).to(dtype)
+    d = x.to("mydev")
+    for got, want in [(d * 3.14, x * 3.14), (d + 0.1, x + 0.1), (d / 3.0, x / 3.0), (d - 1e-3, x - 1e-3)]:
+        assert torch.equal(got.cpu(), want)
+    d.mul_(3.14)
+    assert torch.equal(d.cpu(), x.mul_(3.14))

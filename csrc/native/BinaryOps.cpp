@@ -5,6 +5,7 @@
 // queued structured kernels (StructuredKernel.h).
 #include "StructuredKernel.h"
 
+#include <ATen/OpMathType.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/ops/add.h>
@@ -40,6 +41,12 @@ at::Tensor match_wrapped_scalar(const at::Tensor& self, const at::Tensor& other)
   }
   const auto common = at::result_type(self, other);
   if (common != self.scalar_type() || other.scalar_type() == common) {
+    return other;
+  }
+  // Half and bfloat16 loops compute in float and read the number as a float:
+  // rounding it to the tensor's dtype first would change results (3.14 is
+  // 3.140625 in half). Those calls take the host path, which keeps the CPU's numerics.
+  if (at::toOpMathType(common) != common) {
     return other;
   }
   at::Tensor converted = at::detail::scalar_tensor_static(other.item(), common, at::kCPU);
