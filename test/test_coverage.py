@@ -10,7 +10,7 @@ HOST_KERNEL, OWN_KERNEL, EXCLUDED = my_device._C._host_kernel_coverage()
 def _aten_ops_with_cpu_kernel():
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     return [n for n in torch._C._dispatch_get_all_op_names()
-            if n.startswith("aten::") and has(n, "CPU") and not has(n, "CompositeImplicitAutograd")]
+            if n.startswith("aten::") and has(n, "CPU")]
 
 
 def _schema(full_name):
@@ -31,9 +31,24 @@ def test_every_cpu_op_has_a_mydev_kernel_or_a_reason():
 
 def test_composite_implicit_ops_keep_their_decomposition():
     has = torch._C._dispatch_has_kernel_for_dispatch_key
-    for name in ("aten::linear", "aten::matmul", "aten::softmax.int", "aten::silu_backward", "aten::dropout"):
+    for name in ("aten::linear", "aten::matmul", "aten::softmax.int", "aten::dropout"):
         assert has(name, "CompositeImplicitAutograd")
         assert not has(name, "PrivateUse1"), name
+
+
+@pytest.mark.parametrize("fn", [torch.nn.functional.silu, torch.nn.functional.mish])
+def test_ops_with_a_cpu_kernel_and_a_decomposition_use_the_cpu_kernel(fn):
+    # silu_backward and mish_backward have a CPU (and CUDA) kernel besides their
+    # decomposition; mydev uses the kernel, so half gradients round as on the
+    # CPU, and second derivatives still come from their Autograd kernel.
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::silu_backward", "PrivateUse1")
+    x = torch.randn(64, dtype=torch.float16, requires_grad=True)
+    d = x.detach().to("mydev").requires_grad_()
+    fn(x).sum().backward()
+    fn(d).sum().backward()
+    assert torch.equal(d.grad.cpu(), x.grad)
+    x64 = torch.randn(3, 4, dtype=torch.float64, device="mydev", requires_grad=True)
+    assert torch.autograd.gradgradcheck(fn, (x64,))
 
 
 def test_host_kernels_never_serve_view_ops():

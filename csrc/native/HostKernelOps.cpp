@@ -15,9 +15,11 @@
 //   have one kernel for every backend, written in terms of other ops.
 // Two overlaps are decided here. An op with both a CPU and a
 // CompositeImplicitAutograd kernel (silu_backward, mish_backward,
-// native_channel_shuffle) is left to its decomposition: a PrivateUse1 kernel
-// would make AutogradPrivateUse1 stop using the decomposition, losing its
-// derivative. An op with a CPU kernel and a CompositeExplicitAutograd* kernel
+// native_channel_shuffle) gets the host kernel, as it has a CPU and a CUDA
+// kernel: its derivative comes from its Autograd kernel either way, and its
+// decomposition would round half and bfloat16 at every step where the CPU
+// kernel computes in float (silu's half gradients differed from the CPU's).
+// An op with a CPU kernel and a CompositeExplicitAutograd* kernel
 // (the functional and in-place forms of every structured op, native_layer_norm,
 // addr, ...) gets the host kernel: the composite one would run the op as
 // several ops (meta, empty, out=) where the CPU kernel is one call.
@@ -94,7 +96,7 @@ void register_all_host_kernels() {
   for (const auto& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) continue;
     auto handle = dispatcher.findOp(name);
-    if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) || handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
+    if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
     const std::string full = full_name(name);
     if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
       g_coverage.own_kernel.push_back(full);

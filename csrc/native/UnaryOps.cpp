@@ -41,9 +41,7 @@ namespace {
 using namespace structured;
 
 // gelu's loops are called with kCPU by their structured class, so only these
-// stubs are looked up by device. silu_backward is not here: it also has a
-// CompositeImplicitAutograd kernel, and a PrivateUse1 kernel would replace that
-// decomposition under autograd, losing silu's second derivative.
+// stubs are looked up by device. (silu_backward is served by its host kernel.)
 const bool g_stubs_mirrored = [] {
   mirror_cpu_stub(at::native::exp_stub);
   mirror_cpu_stub(at::native::log_stub);
