@@ -235,6 +235,25 @@ class DeviceScan {
 
 } // namespace
 
+namespace {
+
+bool is_optional_generator(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (auto opt = type->cast<c10::OptionalType>()) {
+    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  }
+  return false;
+}
+
+} // namespace
+
+c10::IValue host_generator(const c10::IValue& v, const c10::Argument& arg, c10::DeviceIndex device) {
+  if (v.isGenerator() && v.toGenerator().device().type() == kMyDev) return next_engine(v.toGenerator());
+  if (v.isNone() && is_optional_generator(arg)) return next_engine(default_generator(device));
+  return v;
+}
+
 void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
@@ -262,29 +281,13 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   RuntimeDeviceGuard on_device(device);
   launch_inline(device, [&] {
     HostCall call(device);
+    auto host = [&](const at::Tensor& t) { return call.to_host(t); };
     for (size_t i = first; i < stack->size(); ++i) {
       c10::IValue& v = (*stack)[i];
-      if (v.isTensor()) {
-        v = call.to_host(v.toTensor());
-      } else if (v.isTensorList()) {
-        c10::List<at::Tensor> host;
-        host.reserve(v.toTensorList().size());
-        for (const at::Tensor& t : v.toTensorList()) host.push_back(call.to_host(t));
-        v = std::move(host);
-      } else if (v.isList()) {
-        auto list = v.toList();
-        c10::impl::GenericList host(list.elementType());
-        host.reserve(list.size());
-        for (const c10::IValue& e : list) {
-          host.push_back(e.isTensor() ? c10::IValue(call.to_host(e.toTensor())) : e);
-        }
-        v = std::move(host);
-      } else if (v.isDevice() && v.toDevice().type() == kMyDev) {
+      if (v.isDevice() && v.toDevice().type() == kMyDev) {
         v = c10::Device(kCPU);
-      } else if (v.isGenerator() && v.toGenerator().device().type() == kMyDev) {
-        v = next_engine(v.toGenerator());
-      } else if (v.isNone() && is_optional_generator(schema.arguments()[i - first])) {
-        v = next_engine(default_generator(device));
+      } else {
+        v = map_tensors(host_generator(v, schema.arguments()[i - first], device), host);
       }
     }
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);

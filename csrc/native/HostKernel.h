@@ -72,6 +72,30 @@ auto run_on_host(c10::DeviceIndex device, F&& body) {
   return std::move(*result);
 }
 
+// Applies f to each tensor in a boxed argument (a Tensor, a Tensor[] or a Tensor?[]).
+template <class F>
+c10::IValue map_tensors(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) return f(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    out.reserve(v.toTensorList().size());
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
+    return out;
+  }
+  if (v.isList()) {
+    auto list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    out.reserve(list.size());
+    for (const c10::IValue& e : list) out.push_back(e.isTensor() ? c10::IValue(f(e.toTensor())) : e);
+    return out;
+  }
+  return v;
+}
+
+// A mydev Generator argument, or None for a Generator? one, replaced by a CPU
+// engine drawn from the mydev generator (see next_engine); `v` otherwise.
+c10::IValue host_generator(const c10::IValue& v, const c10::Argument& arg, c10::DeviceIndex device);
+
 // The boxed host kernel, usable for any op whose CPU kernel is registered.
 void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 

@@ -219,26 +219,6 @@ at::Tensor to_meta(const at::Tensor& t) {
   return m;
 }
 
-// Applies f to each tensor in an argument (a Tensor, a Tensor[] or a Tensor?[]).
-template <class F>
-c10::IValue map_tensors(const c10::IValue& v, F&& f) {
-  if (v.isTensor()) return f(v.toTensor());
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> out;
-    out.reserve(v.toTensorList().size());
-    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
-    return out;
-  }
-  if (v.isList()) {
-    auto list = v.toList();
-    c10::impl::GenericList out(list.elementType());
-    out.reserve(list.size());
-    for (const c10::IValue& e : list) out.push_back(e.isTensor() ? c10::IValue(f(e.toTensor())) : e);
-    return out;
-  }
-  return v;
-}
-
 struct Geometry {
   std::vector<int64_t> sizes, strides;
   int64_t offset;
@@ -251,15 +231,6 @@ struct Geometry {
 };
 
 } // namespace
-
-bool is_optional_generator(const c10::Argument& arg) {
-  const auto& type = arg.type();
-  if (type->kind() == c10::TypeKind::GeneratorType) return true;
-  if (auto opt = type->cast<c10::OptionalType>()) {
-    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
-  }
-  return false;
-}
 
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
   const Plan& plan = plan_for(op);
@@ -280,16 +251,16 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
 
   // Random ops draw their CPU engine now, so the stream of numbers follows
   // launch order, as with inline host kernels.
-  std::vector<c10::IValue> args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
-  for (size_t i = 0; i < nargs; ++i) {
-    c10::IValue& v = args[i];
-    if (v.isGenerator() && v.toGenerator().device().type() == kMyDev) {
-      v = next_engine(v.toGenerator());
-    } else if (v.isNone() && is_optional_generator(schema.arguments()[i])) {
-      v = next_engine(default_generator(device));
-    } else if (v.isDevice() && v.toDevice().type() == kMyDev) {
+  for (size_t i = first; i < stack->size(); ++i) {
+    const c10::IValue& v = (*stack)[i];
+    if (v.isDevice() && v.toDevice().type() == kMyDev) {
       return false;  // factories: their CPU out= kernels would not see the device
     }
+  }
+  std::vector<c10::IValue> args;
+  args.reserve(nargs);
+  for (size_t i = 0; i < nargs; ++i) {
+    args.push_back(host_generator((*stack)[first + i], schema.arguments()[i], device));
   }
 
   // The Meta kernel: shapes of the outputs, and every argument error, now.

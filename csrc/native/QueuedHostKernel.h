@@ -7,10 +7,6 @@ namespace my_device {
 // `device`'s current stream, leaving its results on the stack, if the op and
 // the call allow it (see QueuedHostKernel.cpp). Returns false, with the stack
 // untouched, when the call must run in stream order now instead.
-// Whether a schema argument is a Generator or Generator?: host kernels replace
-// mydev generators (and a None default) with a CPU engine drawn from them.
-bool is_optional_generator(const c10::Argument& arg);
-
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
 
 } // namespace my_device
