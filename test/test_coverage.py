@@ -91,6 +91,56 @@ def test_generic_random_ops_draw_from_the_mydev_generator():
     torch.testing.assert_close(draw(), first, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_sdpa_picks_the_cpu_backend_and_matches_it_bit_for_bit(dtype):
+    # mydev's _fused_sdp_choice_stub slot holds the CPU's choice, so SDPA runs
+    # the CPU's fused flash kernel (as a host kernel) instead of the math path.
+    q, k, v = (torch.randn(2, 3, 6, 8, dtype=dtype) for _ in range(3))
+    grad = torch.randn(2, 3, 6, 8, dtype=dtype)
+    results = {}
+    for device in ("cpu", "mydev"):
+        ins = [t.detach().to(device).requires_grad_() for t in (q, k, v)]
+        out = torch.nn.functional.scaled_dot_product_attention(*ins, is_causal=True)
+        assert type(out.grad_fn).__name__ == "ScaledDotProductFlashAttentionForCpuBackward0"
+        out.backward(grad.to(device))
+        results[device] = [out.detach().cpu()] + [t.grad.cpu() for t in ins]
+    for a, b in zip(results["mydev"], results["cpu"]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_composite_ops_that_run_as_host_kernels_behave_as_on_cpu():
+    # addr_ tells in-place from out= by reference address; run as a host kernel
+    # it rejects a 0-d self as the CPU does, and leaves self alone.
+    assert "aten::addr_" in HOST_KERNEL and "aten::mode.values" in HOST_KERNEL
+    s = torch.tensor(2.0, device="mydev")
+    a, b = torch.randn(3, device="mydev"), torch.randn(4, device="mydev")
+    with pytest.raises(RuntimeError, match="2D tensor expected, got 0D tensor for input"):
+        s.addr_(a, b)
+    assert s.shape == () and s.item() == 2.0
+    full = torch.ones(3, 4, device="mydev")
+    torch.testing.assert_close(full.addr_(a, b).cpu(), torch.ones(3, 4).addr_(a.cpu(), b.cpu()))
+    # mode's out= variant checks the device type against a fixed list of its own
+    x = torch.tensor([[1.0, 2.0, 2.0, 3.0], [5.0, 5.0, 4.0, 4.0]])
+    values, indices = torch.empty(0, device="mydev"), torch.empty(0, dtype=torch.long, device="mydev")
+    result = torch.mode(x.to("mydev"), out=(values, indices))
+    assert result.values is values and result.indices is indices
+    expected = torch.mode(x)
+    assert torch.equal(values.cpu(), expected.values) and torch.equal(indices.cpu(), expected.indices)
+
+
+def test_autograd_zero_tensors_live_on_mydev_without_fallback(monkeypatch):
+    # sgn's derivative for real inputs is _efficientzerotensor: sizes, no bytes
+    monkeypatch.setenv("MYDEV_FALLBACK", "error")
+    z = torch._efficientzerotensor((2, 3), dtype=torch.float16, device="mydev")
+    assert z._is_zerotensor() and z.device.type == "mydev" and z.dtype == torch.float16
+    assert z.untyped_storage().nbytes() == 0
+    torch.testing.assert_close((z + torch.ones(2, 3, dtype=torch.float16, device="mydev")).cpu(),
+                               torch.ones(2, 3, dtype=torch.float16))
+    x = torch.randn(5, device="mydev", requires_grad=True)
+    (torch.sgn(x) * 3 + x).sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.ones(5))
+
+
 @pytest.mark.parametrize("model_name", ["mlp", "cnn"])
 def test_training_step_needs_no_fallback(model_name, monkeypatch):
     torch.manual_seed(0)

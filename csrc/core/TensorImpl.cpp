@@ -19,9 +19,10 @@ c10::DispatchKeySet key_set_for_new_tensor() {
 }
 } // namespace
 
-MyDevTensorImpl::MyDevTensorImpl(c10::Storage storage, caffe2::TypeMeta dtype, TensorDesc desc)
+MyDevTensorImpl::MyDevTensorImpl(c10::Storage storage, caffe2::TypeMeta dtype, TensorDesc desc,
+                                 c10::DispatchKeySet extra_keys)
     : at::OpaqueTensorImpl<TensorDesc>(c10::TensorImpl::VIEW, std::move(storage),
-                                       key_set_for_new_tensor(), dtype, desc, {0}) {
+                                       key_set_for_new_tensor() | extra_keys, dtype, desc, {0}) {
   set_custom_sizes_strides(SizesStridesPolicy::Default);
   storage_access_should_throw_ = false;
 }

@@ -21,7 +21,10 @@ struct TensorDesc {
 // torch.compile, FakeTensor, alias detection and serialization of views.
 class MyDevTensorImpl final : public at::OpaqueTensorImpl<TensorDesc> {
  public:
-  MyDevTensorImpl(c10::Storage storage, caffe2::TypeMeta dtype, TensorDesc desc = {});
+  // `extra_keys` adds functionality keys beyond the usual ones (ZeroTensor, for
+  // autograd's storage-less zero tensors).
+  MyDevTensorImpl(c10::Storage storage, caffe2::TypeMeta dtype, TensorDesc desc = {},
+                  c10::DispatchKeySet extra_keys = {});
 
   // OpaqueTensorImpl forbids these; a strided device tensor needs them (set_, resize_).
   void set_size(int64_t dim, int64_t new_size) override;

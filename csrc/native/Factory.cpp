@@ -55,6 +55,25 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   return make_tensor(new_storage(args.device.index(), nbytes), args.dtype, size, stride, 0);
 }
 
+// Autograd's symbolic zero (the derivative of sgn for real inputs, of
+// where's unselected branch, ...): sizes and a dtype but no bytes, tagged with
+// the ZeroTensor key. PyTorch's ZeroTensor kernels (add, mul, ...) treat it as
+// all zeros, and its ZeroTensor fallback turns it into a real zeros tensor on
+// mydev before any other kernel would read it.
+at::Tensor efficientzerotensor(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory) {
+  const auto args = check_new_tensor(dtype, layout, device, pin_memory);
+  at::detail::check_size_nonnegative(size);
+  c10::Storage no_bytes(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), 0,
+                                                              c10::DataPtr(nullptr, args.device), nullptr,
+                                                              /*resizable=*/false));
+  auto impl = c10::make_intrusive<MyDevTensorImpl>(std::move(no_bytes), args.dtype, TensorDesc{},
+                                                   c10::DispatchKeySet(c10::DispatchKey::ZeroTensor));
+  impl->set_sizes_contiguous(size);
+  return at::Tensor(std::move(impl));
+}
+
 } // namespace
 
 at::Tensor empty_device(c10::IntArrayRef sizes, c10::IntArrayRef strides, const c10::TensorOptions& options) {
@@ -71,6 +90,7 @@ namespace {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_efficientzerotensor", TORCH_FN(efficientzerotensor));
 }
 
 } // namespace

@@ -59,11 +59,29 @@ constexpr Exclusion kExclusions[] = {
     {"_sparse", "sparse-tensor kernels"},
     {"sparse_", "sparse-tensor kernels"},
     {"_nested", "produces NestedTensorCPU tensors"},
-    {"_efficientzerotensor", "produces ZeroTensor-keyed tensors with no storage"},
     // Pinning is a property of host memory; device tensors are never pinned,
     // and their answer comes from the device hooks, not from a CPU kernel.
     {"=_pin_memory", "host-memory pinning, meaningless for device tensors"},
     {"=is_pinned", "host-memory pinning, meaningless for device tensors"},
+};
+
+// Composite ops (no CPU kernel of their own) that still run as host kernels:
+// their composite kernel, run on mydev tensors, would not do what it does on
+// CPU ones.
+struct CompositeOnHost {
+  std::string_view name;  // with the overload: "mode.values"
+  std::string_view reason;
+};
+constexpr CompositeOnHost kCompositesOnHost[] = {
+    // addr_ calls addr_out(self, self, ...), and the CPU kernel tells in-place
+    // from out= by the address of the two Tensor references. A boxed call (as
+    // every host kernel is) gives each argument its own address, so on mydev
+    // addr_ broadcast a 0-d self where the CPU rejects it. Run on host tensors,
+    // the composite makes its unboxed CPU call with one reference.
+    {"addr_", "addr_out tells in-place use by reference address, which a boxed call loses"},
+    // mode's out= variant checks the device type against a fixed list
+    // (CPU, CUDA, XPU); on host tensors it passes and calls the CPU kernel.
+    {"mode.values", "checks the device type against CPU, CUDA and XPU"},
 };
 
 const Exclusion* find_exclusion(std::string_view name) {
@@ -106,6 +124,11 @@ void register_all_host_kernels() {
       g_coverage.excluded.emplace_back(full, std::string(e->reason));
       continue;
     }
+    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
+    g_coverage.host_kernel.push_back(full);
+  }
+  for (const auto& c : kCompositesOnHost) {
+    const std::string full = "aten::" + std::string(c.name);
     lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
     g_coverage.host_kernel.push_back(full);
   }
