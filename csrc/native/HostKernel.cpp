@@ -93,6 +93,18 @@ at::Tensor HostCall::to_host(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kMyDev) {
     return t;
   }
+  if (is_sparse_layout(t)) {
+    for (const auto& pair : sparse_) {
+      if (pair.device.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return pair.host;
+    }
+    SparseMembers members = sparse_members(t);
+    for (auto& m : members) m = to_host(m);
+    at::Tensor host = make_sparse(t, members, c10::Device(kCPU));
+    host_keys_ = host_keys_ | c10::DispatchKeySet(t.layout() == c10::kSparse ? c10::DispatchKey::SparseCPU
+                                                                                : c10::DispatchKey::SparseCsrCPU);
+    sparse_.push_back({host, t});
+    return host;
+  }
   // The same tensor passed twice (logical_and_ calls logical_and_out(self, self,
   // other)) must stay one tensor: CPU kernels tell in-place from out= by
   // identity, and check broadcasting differently for each.
@@ -151,11 +163,24 @@ void HostCall::write_back() {
       dev->set_sizes_and_strides(host->sizes(), host->strides(), host->storage_offset());
     }
   }
+  for (auto& pair : sparse_) {
+    SparseMembers members = sparse_members(pair.host);
+    for (auto& m : members) m = to_device(m);
+    set_sparse_members(pair.device, pair.host, members);
+  }
 }
 
 at::Tensor HostCall::to_device(const at::Tensor& r) {
   if (!r.defined() || r.device().type() != kCPU) {
     return r;
+  }
+  if (is_sparse_layout(r)) {
+    for (const auto& pair : sparse_) {
+      if (pair.host.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return pair.device;
+    }
+    SparseMembers members = sparse_members(r);
+    for (auto& m : members) m = to_device(m);
+    return make_sparse(r, members, c10::Device(kMyDev, device_));
   }
   for (const auto& pair : tensors_) {
     if (pair.host.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return pair.device;
@@ -254,7 +279,7 @@ c10::IValue host_generator(const c10::IValue& v, const c10::Argument& arg, c10::
   return v;
 }
 
-void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
   const size_t first = stack->size() - nargs;
@@ -290,7 +315,13 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
         v = map_tensors(host_generator(v, schema.arguments()[i - first], device), host);
       }
     }
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    // A sparse factory (no sparse argument) was dispatched here by its layout.
+    c10::DispatchKeySet keys = call.host_keys();
+    if (ks.has(c10::DispatchKey::SparsePrivateUse1)) keys = keys | c10::DispatchKeySet(c10::DispatchKey::SparseCPU);
+    if (ks.has(c10::DispatchKey::SparseCsrPrivateUse1)) {
+      keys = keys | c10::DispatchKeySet(c10::DispatchKey::SparseCsrCPU);
+    }
+    op.redispatchBoxed(keys, stack);
     call.write_back();
     const size_t nrets = schema.returns().size();
     for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {

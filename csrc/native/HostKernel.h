@@ -14,6 +14,7 @@
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#include "Sparse.h"
 #include "core/Device.h"
 #include "core/Launch.h"
 
@@ -35,8 +36,13 @@ class HostCall {
   // The mydev tensor a CPU kernel's result stands for (see above).
   at::Tensor to_device(const at::Tensor& host_result);
   // Propagates what the CPU kernel did to its inputs' metadata (out= resizes,
-  // in-place restrides) back to the mydev tensors. Call before to_device().
+  // in-place restrides, new members of a sparse tensor) back to the mydev
+  // tensors. Call before to_device().
   void write_back();
+  // The CPU dispatch keys of the mapped tensors' layouts, for redispatching.
+  c10::DispatchKeySet host_keys() const {
+    return host_keys_;
+  }
 
  private:
   struct StoragePair {
@@ -56,6 +62,8 @@ class HostCall {
   c10::SmallVector<StoragePair, 4> storages_;
   c10::SmallVector<TensorPair, 4> tensors_;
   c10::SmallVector<Adopted, 2> adopted_;
+  c10::SmallVector<TensorPair, 1> sparse_;
+  c10::DispatchKeySet host_keys_{c10::DispatchKey::CPU};
 };
 
 // Runs `body(call)` as a kernel on `device`, with a fresh HostCall. It runs

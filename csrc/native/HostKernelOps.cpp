@@ -23,6 +23,7 @@
 // (the functional and in-place forms of every structured op, native_layer_norm,
 // addr, ...) gets the host kernel: the composite one would run the op as
 // several ops (meta, empty, out=) where the CPU kernel is one call.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,8 +44,8 @@ struct Exclusion {
 // (except views, which it refuses), and my_device.fallback_counts() shows it.
 constexpr Exclusion kExclusions[] = {
     // Their CPU kernels produce or consume tensors of another layout or
-    // backend (MkldnnCPU, QuantizedCPU, SparseCPU, NestedTensorCPU), which a
-    // MyDevTensorImpl over device bytes cannot represent.
+    // backend (MkldnnCPU, QuantizedCPU, NestedTensorCPU), which mydev cannot
+    // represent. (Sparse layouts it can: see Sparse.h.)
     {"mkldnn", "produces or needs oneDNN (mkldnn) layout tensors"},
     {"_mkldnn", "produces or needs oneDNN (mkldnn) layout tensors"},
     {"to_mkldnn", "produces oneDNN (mkldnn) layout tensors"},
@@ -54,10 +55,6 @@ constexpr Exclusion kExclusions[] = {
     {"_empty_per_channel_affine_quantized", "produces QuantizedCPU tensors"},
     {"q_", "quantized-tensor accessors"},
     {"fbgemm_", "packs weights into opaque fbgemm buffers"},
-    {"_to_sparse", "produces SparseCPU tensors"},
-    {"to_sparse", "produces SparseCPU tensors"},
-    {"_sparse", "sparse-tensor kernels"},
-    {"sparse_", "sparse-tensor kernels"},
     {"_nested", "produces NestedTensorCPU tensors"},
     // Pinning is a property of host memory; device tensors are never pinned,
     // and their answer comes from the device hooks, not from a CPU kernel.
@@ -102,35 +99,59 @@ HostKernelCoverage g_coverage;
 
 } // namespace
 
+namespace {
+
+// Each CPU backend key, and the mydev key its host kernels are registered for.
+struct BackendPair {
+  c10::DispatchKey cpu;
+  c10::DispatchKey mydev;
+  std::vector<std::string>* registered;
+};
+
+} // namespace
+
 void register_all_host_kernels() {
-  // The registrations live as long as the process; a Library's destructor would
-  // unregister them.
-  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
-                                        __LINE__);
   static bool done = false;
   if (done) return;
   done = true;
+  const BackendPair pairs[] = {
+      {c10::DispatchKey::CPU, c10::DispatchKey::PrivateUse1, &g_coverage.host_kernel},
+      // Sparse layouts: HostCall maps a sparse tensor through its dense members.
+      {c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1, &g_coverage.sparse_host_kernel},
+      {c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1, &g_coverage.sparse_host_kernel},
+  };
   auto& dispatcher = c10::Dispatcher::singleton();
-  for (const auto& name : dispatcher.getAllOpNames()) {
-    if (name.name.rfind("aten::", 0) != 0) continue;
-    auto handle = dispatcher.findOp(name);
-    if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
-    const std::string full = full_name(name);
-    if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
-      g_coverage.own_kernel.push_back(full);
-      continue;
+  for (const auto& pair : pairs) {
+    // The registrations live as long as the process; a Library's destructor
+    // would unregister them.
+    auto* lib = new torch::Library(torch::Library::IMPL, "aten", pair.mydev, __FILE__, __LINE__);
+    const bool dense = pair.mydev == c10::DispatchKey::PrivateUse1;
+    for (const auto& name : dispatcher.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto handle = dispatcher.findOp(name);
+      if (!handle || !handle->hasKernelForDispatchKey(pair.cpu)) continue;
+      const std::string full = full_name(name);
+      if (handle->hasKernelForDispatchKey(pair.mydev)) {
+        if (dense) g_coverage.own_kernel.push_back(full);
+        continue;
+      }
+      if (const Exclusion* e = find_exclusion(std::string_view(name.name).substr(6))) {
+        auto& excluded = g_coverage.excluded;
+        if (std::none_of(excluded.begin(), excluded.end(), [&](const auto& x) { return x.first == full; })) {
+          excluded.emplace_back(full, std::string(e->reason));
+        }
+        continue;
+      }
+      lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
+      pair.registered->push_back(full);
     }
-    if (const Exclusion* e = find_exclusion(std::string_view(name.name).substr(6))) {
-      g_coverage.excluded.emplace_back(full, std::string(e->reason));
-      continue;
+    if (dense) {
+      for (const auto& c : kCompositesOnHost) {
+        const std::string full = "aten::" + std::string(c.name);
+        lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
+        g_coverage.host_kernel.push_back(full);
+      }
     }
-    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
-    g_coverage.host_kernel.push_back(full);
-  }
-  for (const auto& c : kCompositesOnHost) {
-    const std::string full = "aten::" + std::string(c.name);
-    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
-    g_coverage.host_kernel.push_back(full);
   }
 }
 

@@ -175,6 +175,7 @@ int64_t queue_min_elements() {
 // float and double kernels (bool for masks and conditions).
 bool queueable_dtype(const at::Tensor& t) {
   if (!t.defined()) return true;
+  if (t.layout() != c10::kStrided) return false;  // sparse: no Meta kernels to plan with
   const auto d = t.scalar_type();
   return d == at::kFloat || d == at::kDouble || d == at::kBool;
 }

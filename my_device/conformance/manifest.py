@@ -53,11 +53,6 @@ ENTRIES = [
     Entry("nn.functional.linear_cross_entropy.chunked_none", XFAIL, "as for linear_cross_entropy.chunked: "
           "accumulation in the input dtype off the CPU and CUDA",
           ("test_forward", "test_noncontiguous", "test_backward"), (torch.float16, torch.bfloat16)),
-    # --- not implemented on mydev
-    Entry("sparse.sampled_addmm", XFAIL, "sparse CSR tensors are not implemented on mydev",
-          ("test_forward", "test_noncontiguous", "test_backward")),
-    Entry("to_sparse", XFAIL, "sparse COO tensors are not implemented on mydev",
-          ("test_forward", "test_noncontiguous", "test_backward")),
 ]
 
 # The representative subset CI runs (OpInfo names; every variant of each is
