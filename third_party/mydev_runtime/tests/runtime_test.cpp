@@ -2178,6 +2178,12 @@ int runExitPending() {
   CHECK_OK(mydevEventRecord(ev, slow));
   CHECK_OK(mydevStreamWaitEvent(waiter, ev));
   CHECK_OK(mydevLaunchHostFunc(waiter, say, const_cast<char*>("waiting work ran")));
+  // A high-priority stream kept runnable (its worker waits out the delay)
+  // holding back a low-priority stream: exit drops both without waiting.
+  mydevStream_t high = newStream(deviceCount() - 1, -1), held = newStream(deviceCount() - 1, 0);
+  CHECK_OK(mydevTestSetStreamDelay(high, 60u * 1000 * 1000));
+  CHECK_OK(mydevLaunchHostFunc(high, say, const_cast<char*>("dropped high-priority work ran")));
+  CHECK_OK(mydevLaunchHostFunc(held, say, const_cast<char*>("held-back work ran")));
   static std::atomic<int> started{0};
   CHECK_OK(mydevLaunchHostFunc(nullptr, [](void*) {
     started.store(1);
