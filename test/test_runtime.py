@@ -93,6 +93,8 @@ def test_exit_drops_pending_work_without_hanging(runtime_test):
     assert_passed(result)
     assert "dropped work ran" not in result.stdout
     assert "waiting work ran" not in result.stdout
+    assert "dropped high-priority work ran" not in result.stdout
+    assert "held-back work ran" not in result.stdout
     # An exit handler that runs after the runtime's own still gets work done (inline).
     assert "late work ran" in result.stdout
     assert "late work on a new stream ran" in result.stdout

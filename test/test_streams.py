@@ -1,4 +1,6 @@
 """Streams and events on mydev through torch.mydev, torch.Stream/torch.Event and torch.accelerator."""
+import os
+
 import pytest
 import torch
 
@@ -37,6 +39,79 @@ def test_priorities():
     assert (least, greatest) == (0, -1)
     assert torch.mydev.Stream(priority=-1).priority == -1
     assert torch.mydev.Stream(priority=0).priority == 0
+
+
+def _set_delay(stream, us):
+    import my_device
+
+    my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, us)
+
+
+def test_high_priority_stream_runs_before_earlier_queued_low_priority_work():
+    # The high stream's worker is held by the test delay with work queued, so it
+    # is runnable the whole time: the low stream's work, enqueued before the
+    # high stream's second kernel, must not start until the high stream is done.
+    # Event timestamps are taken by the workers when they reach the events, so
+    # comparing them tells the order the work ran in; no timing is assumed.
+    # With MYDEV_LAUNCH_BLOCKING=1 every launch runs before it returns, so the
+    # work runs in program order and priorities have no effect.
+    x, y = torch.randn(1000), torch.randn(1000)
+    dx, dy = x.to("mydev"), y.to("mydev")
+    torch.mydev.synchronize()
+    low = torch.mydev.Stream(priority=0)
+    high = torch.mydev.Stream(priority=-1)
+    low_started = torch.mydev.Event(enable_timing=True)
+    high_done = torch.mydev.Event(enable_timing=True)
+    _set_delay(high, 20_000)
+    try:
+        with torch.mydev.stream(high):
+            h = dx * 2
+        with torch.mydev.stream(low):
+            low_started.record()
+            lo = dy + 1
+            for _ in range(4):
+                lo = lo * 1.5
+        with torch.mydev.stream(high):
+            h = h + 3
+            high_done.record()
+            # Keeps the stream runnable until high_done has its timestamp.
+            tail = dx - 1
+        high.synchronize()
+        low.synchronize()
+    finally:
+        _set_delay(high, 0)
+    if os.environ.get("MYDEV_LAUNCH_BLOCKING") == "1":
+        assert low_started.elapsed_time(high_done) >= 0
+    else:
+        assert high_done.elapsed_time(low_started) >= 0
+    torch.testing.assert_close(h.cpu(), x * 2 + 3)
+    torch.testing.assert_close(tail.cpu(), x - 1)
+    torch.testing.assert_close(lo.cpu(), (y + 1) * 1.5**4)
+
+
+def test_high_priority_stream_waiting_for_low_priority_event_completes():
+    # A high stream waiting for an event does not hold back the stream that records it.
+    x = torch.randn(1000)
+    dx = x.to("mydev")
+    torch.mydev.synchronize()
+    low = torch.mydev.Stream(priority=0)
+    high = torch.mydev.Stream(priority=-1)
+    _set_delay(low, 20_000)
+    try:
+        with torch.mydev.stream(low):
+            a = dx + 1
+            ev = low.record_event()
+            b = a * 3
+        high.wait_event(ev)
+        with torch.mydev.stream(high):
+            c = a * 2
+        a.record_stream(high)
+        high.synchronize()
+        low.synchronize()
+    finally:
+        _set_delay(low, 0)
+    torch.testing.assert_close(c.cpu(), (x + 1) * 2)
+    torch.testing.assert_close(b.cpu(), (x + 1) * 3)
 
 
 def test_torch_stream_and_accelerator():

@@ -15,7 +15,8 @@ __all__ = ["Stream", "Event", "current_stream", "default_stream", "set_stream", 
 
 class Stream(torch.Stream):
     """A mydev stream on `device` (default: the current device). Lower `priority`
-    numbers run first when streams compete, as on CUDA (0 or -1)."""
+    numbers run first when streams compete, as on CUDA (0 or -1): while a stream has
+    queued work it can run, lower-priority streams on its device start no new kernel."""
 
     def __new__(cls, device=None, priority: int = 0, **kwargs):
         if "stream_id" in kwargs:

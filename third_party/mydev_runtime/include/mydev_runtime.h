@@ -125,7 +125,11 @@ MYDEV_API mydevError_t mydevFreeHost(void* ptr);
 typedef struct mydevStream_st* mydevStream_t;
 
 MYDEV_API mydevError_t mydevDeviceGetStreamPriorityRange(int* least, int* greatest);
-/* Creates a stream on the current device. Lower numbers are higher priority, as in CUDA. */
+/* Creates a stream on the current device. Lower numbers are higher priority, as in CUDA:
+ * while a stream has queued work and is not waiting (for an event, an inline
+ * caller or another stream), streams of lower priority on its device start no
+ * new task. Running work is never pre-empted. No effect on launches under
+ * MYDEV_LAUNCH_BLOCKING=1, which run in the caller. */
 MYDEV_API mydevError_t mydevStreamCreateWithPriority(mydevStream_t* stream, int priority);
 /* Waits for the stream's queued work (its pending sticky error is discarded),
  * then destroys it. Enqueuing on it from other threads meanwhile fails with

@@ -37,6 +37,12 @@ void completeMarker(EventMarker& m) {
 
 void waitMarker(EventMarker& m) {
   std::unique_lock<std::mutex> lock(m.mu);
+  if (m.done) return;
+  lock.unlock();
+  // A stream waiting for an event must not hold back the lower-priority
+  // stream that may be the one to record it.
+  BlockedScope blocked;
+  lock.lock();
   m.cv.wait(lock, [&] { return m.done; });
 }
 

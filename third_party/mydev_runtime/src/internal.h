@@ -132,6 +132,22 @@ void waitDeviceIdle(int device);
 // True on a stream worker thread, i.e. inside a launched function or copy.
 bool onStreamWorker();
 
+// Marks the calling thread's stream (the one whose task or inline function it
+// is running; none on other threads) as waiting for other work, for as long as
+// the scope lives: lower-priority streams are then not held back for it, since
+// what it waits for may be their work. Never hold a marker or stream lock
+// across its construction or destruction (lock order: stream first).
+class BlockedScope {
+ public:
+  BlockedScope();
+  ~BlockedScope();
+  BlockedScope(const BlockedScope&) = delete;
+  BlockedScope& operator=(const BlockedScope&) = delete;
+
+ private:
+  mydevStream_st* stream_;
+};
+
 }  // namespace mydev_detail
 
 #endif  // MYDEV_RUNTIME_INTERNAL_H

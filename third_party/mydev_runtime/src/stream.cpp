@@ -11,14 +11,27 @@
 // stream's mutex (atomics so spinning waiters can read them without it).
 // Synchronising means waiting until `completed` reaches the `enqueued` value
 // seen at the call; work enqueued concurrently by other threads is not waited for.
+//
+// Priorities, like a GPU's block scheduler: a worker does not start a task
+// while a stream of higher priority on its device is runnable, i.e. has queued
+// tasks and a worker that can run them (not waiting for an event, an inline
+// caller, or a synchronisation with other streams). Blocked streams are left
+// out because what they wait for may be queued behind the gate; counting them
+// could deadlock. A running task is never pre-empted. Each device keeps one
+// atomic count of runnable streams per priority level, changed only when a
+// stream of above-least priority turns runnable or stops being so, so a launch
+// on a least-priority stream never touches it and the gate costs a worker one
+// atomic load per task.
 #include "internal.h"
 
 #include <cxxabi.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -88,6 +101,8 @@ struct mydevStream_st {
   bool abandoned = false;  // process exit: queue dropped, later work runs inline
   int waiters = 0;         // threads blocked on done_cv
   int inline_held = 0;     // a LaunchHostFuncInline is running: the worker must not start work
+  int blocked = 0;         // the worker (or inline caller) is waiting for other streams or an event
+  bool counted = false;    // included in its device's runnable count (see updateRunnable)
   // First launch failure since the last synchronisation, reported once by it,
   // and the label of that launch (kept after reporting, until the next failure).
   mydevError_t sticky_error = mydevSuccess;
@@ -115,12 +130,25 @@ constexpr int64_t kWorkerSpinNs = 50000;
 constexpr int64_t kSyncSpinNs = 20000;
 // How long process exit waits for workers to finish the task they are running.
 constexpr auto kExitGrace = std::chrono::seconds(1);
+constexpr int kPriorityLevels = kLeastPriority - kGreatestPriority + 1;
+// How long a worker held back by a higher-priority stream spins before
+// sleeping: such streams usually drain within a few short kernels.
+constexpr int64_t kGateSpinNs = 20000;
+
+// Per device: how many streams of each priority level are runnable, and where
+// workers held back by them sleep. Level 0 is the greatest priority.
+struct DeviceSchedule {
+  std::atomic<int> runnable[kPriorityLevels] = {};
+  std::mutex mu;
+  std::condition_variable cv;
+};
 
 struct StreamTable {
   std::mutex mu;
   std::unordered_map<S*, std::shared_ptr<S>> live;  // user-created
   std::vector<std::shared_ptr<S>> defaults;         // one per device
   std::atomic<uint64_t> next_id{1};                 // 0: default streams
+  DeviceSchedule* schedule = nullptr;               // one per device
 };
 
 // Leaked on purpose, for the same exit-order reason as the memory registry
@@ -128,6 +156,7 @@ struct StreamTable {
 StreamTable& table() {
   static StreamTable* t = [] {
     auto* st = new StreamTable();
+    st->schedule = new DeviceSchedule[static_cast<size_t>(config().device_count)];
     for (int d = 0; d < config().device_count; ++d) {
       auto s = std::make_shared<S>();
       s->device = d;
@@ -173,6 +202,62 @@ bool spinUntil(Pred done, int64_t ns) {
       return done();
     }
   }
+}
+
+DeviceSchedule& schedule(const S& s) { return table().schedule[static_cast<size_t>(s.device)]; }
+
+int priorityLevel(int priority) { return priority - kGreatestPriority; }
+
+// Keeps the device's runnable count in step with the stream. Caller holds s.mu
+// (lock order: stream, then device schedule). Called after every change to the
+// queue, inline_held, blocked or abandoned.
+void updateRunnable(S& s) {
+  // Nothing is held back by least-priority work, so those streams skip the count.
+  if (s.priority >= kLeastPriority) return;
+  const bool runnable = !s.queue.empty() && s.inline_held == 0 && s.blocked == 0 && !s.abandoned;
+  if (runnable == s.counted) return;
+  s.counted = runnable;
+  DeviceSchedule& d = schedule(s);
+  std::atomic<int>& count = d.runnable[priorityLevel(s.priority)];
+  if (runnable) {
+    count.fetch_add(1, std::memory_order_seq_cst);
+  } else if (count.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+    // Taking the mutex orders this against a worker between its check and its wait.
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.cv.notify_all();
+  }
+}
+
+bool higherPriorityRunnable(const S& s) {
+  const int level = priorityLevel(s.priority);
+  if (level == 0) return false;
+  DeviceSchedule& d = schedule(s);
+  for (int l = 0; l < level; ++l) {
+    if (d.runnable[l].load(std::memory_order_seq_cst) > 0) return true;
+  }
+  return false;
+}
+
+// Waits until no stream of higher priority on the device is runnable, or the
+// process is exiting. Called by the stream's worker without s.mu.
+void waitForHigherPriority(const S& s) {
+  auto clear = [&] { return !higherPriorityRunnable(s) || g_exiting.load(std::memory_order_relaxed); };
+  if (spinUntil(clear, kGateSpinNs)) return;
+  DeviceSchedule& d = schedule(s);
+  std::unique_lock<std::mutex> lock(d.mu);
+  d.cv.wait(lock, clear);
+}
+
+// Names the worker for debuggers and profilers ("mydev0:s3", "mydev1:def").
+void nameWorkerThread(const S& s) {
+  char name[48];
+  if (s.id == 0) {
+    std::snprintf(name, sizeof(name), "mydev%d:def", s.device);
+  } else {
+    std::snprintf(name, sizeof(name), "mydev%d:s%llu", s.device, static_cast<unsigned long long>(s.id));
+  }
+  name[15] = '\0';  // the kernel's limit, NUL included
+  pthread_setname_np(pthread_self(), name);
 }
 
 // Restores the caller's current device after a launched function, which runs
@@ -238,7 +323,9 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
   S& s = *keep_alive;
   t_worker_stream = &s;
   setCurrentDevice(s.device);
+  nameWorkerThread(s);
   std::unique_lock<std::mutex> lock(s.mu);
+  bool delayed = false;  // the test delay of the task at the front has been served
   for (;;) {
     if (s.inline_held > 0 && !s.abandoned) {
       // A host thread is running a LaunchHostFuncInline in this stream's order.
@@ -266,13 +353,24 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
       gate->rc = 1;  // held
       gate->done = true;
       s.queue.pop_front();
+      updateRunnable(s);
       s.done_cv.notify_all();
       continue;
     }
-    if (unsigned delay = s.delay_us.load(std::memory_order_relaxed)) {
+    if (unsigned delay = delayed ? 0 : s.delay_us.load(std::memory_order_relaxed)) {
       // Test hook. Interruptible by process exit, which drops the queue.
       s.work_cv.wait_for(lock, std::chrono::microseconds(delay), [&] { return s.abandoned; });
+      delayed = true;
       if (s.queue.empty()) continue;
+    }
+    // After the delay (which stands for the task's device time), so that a
+    // delayed worker still gives way to work that became runnable meanwhile.
+    // The inline gate above is not held back: its caller runs on the host.
+    if (higherPriorityRunnable(s)) {
+      lock.unlock();
+      waitForHigherPriority(s);
+      lock.lock();
+      continue;
     }
     int rc;
     BlockingWait* waiter;
@@ -281,6 +379,8 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
     {
       Task task = std::move(s.queue.front());
       s.queue.pop_front();
+      updateRunnable(s);
+      delayed = false;
       lock.unlock();
       rc = runTask(s, task);
       waiter = task.waiter;
@@ -335,6 +435,8 @@ void waitIdle(S& s) {
   if (t_worker_stream == &s) return;
   const uint64_t target = s.enqueued.load(std::memory_order_acquire);
   auto reached = [&] { return s.completed.load(std::memory_order_acquire) >= target; };
+  if (reached()) return;
+  BlockedScope blocked;
   if (spinUntil(reached, kSyncSpinNs)) return;
   std::unique_lock<std::mutex> lock(s.mu);
   ++s.waiters;
@@ -372,6 +474,11 @@ void stopWorkersAtExit() {
   if (inPoisonedChild()) return;
   g_exiting.store(true);
   StreamTable& t = table();
+  // Workers held back by priority leave that wait on g_exiting.
+  for (int d = 0; d < config().device_count; ++d) {
+    std::lock_guard<std::mutex> lock(t.schedule[d].mu);
+    t.schedule[d].cv.notify_all();
+  }
   std::vector<std::shared_ptr<S>> streams;
   {
     std::lock_guard<std::mutex> lock(t.mu);
@@ -393,6 +500,7 @@ void stopWorkersAtExit() {
       });
       s->completed.store(s->completed.load(std::memory_order_relaxed) + dropped.size() - gates,
                          std::memory_order_release);
+      updateRunnable(*s);
     }
     s->work_cv.notify_all();
     s->done_cv.notify_all();
@@ -424,6 +532,20 @@ void initDefaultStreams() {
 }
 
 bool onStreamWorker() { return t_worker_stream != nullptr; }
+
+BlockedScope::BlockedScope() : stream_(t_worker_stream) {
+  if (!stream_) return;
+  std::lock_guard<std::mutex> lock(stream_->mu);
+  ++stream_->blocked;
+  updateRunnable(*stream_);
+}
+
+BlockedScope::~BlockedScope() {
+  if (!stream_) return;
+  std::lock_guard<std::mutex> lock(stream_->mu);
+  --stream_->blocked;
+  updateRunnable(*stream_);
+}
 
 mydevError_t resolveStream(mydevStream_t handle, std::shared_ptr<S>* out) {
   StreamTable& t = table();
@@ -461,6 +583,7 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   }
   s.queue.push_back(std::move(task));
   s.enqueued.store(s.enqueued.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  updateRunnable(s);
   const bool wake = s.worker_sleeping;
   s.worker_sleeping = false;  // one notify is enough
   if (!blocking) {
@@ -469,9 +592,15 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
     return mydevSuccess;
   }
   if (wake) s.work_cv.notify_one();
-  ++s.waiters;
-  s.done_cv.wait(lock, [&] { return wait.done; });
-  --s.waiters;
+  lock.unlock();
+  {
+    BlockedScope blocked;  // a worker enqueuing on another stream waits for it
+    lock.lock();
+    ++s.waiters;
+    s.done_cv.wait(lock, [&] { return wait.done; });
+    --s.waiters;
+    lock.unlock();  // before the scope ends (lock order: the waiting stream's own first)
+  }
   return wait.rc ? mydevErrorLaunchFailure : mydevSuccess;
 }
 
@@ -479,6 +608,9 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
   S& s = *sp;
   // Inside one of the stream's own tasks everything before is done already.
   if (t_worker_stream == &s) return callLaunched(s.device, fn, user_data) ? mydevErrorLaunchFailure : mydevSuccess;
+  // Called from another stream's work, that stream now waits for this one.
+  std::optional<BlockedScope> blocked;
+  blocked.emplace();
   // Queued work is usually a few short kernels: waiting for it to drain by
   // spinning lets the idle path below take the stream without a gate handoff,
   // which costs two thread wake-ups. Only an optimisation: the locked check decides.
@@ -495,6 +627,7 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
     s.enqueued.store(before + 1, std::memory_order_release);
     if (s.completed.load(std::memory_order_relaxed) == before) {
       ++s.inline_held;  // idle: hold the worker (if any) without a handoff
+      updateRunnable(s);
       held = true;
     } else if (!ensureWorker(sp)) {
       // No worker to place a gate for (only other inline calls can be
@@ -505,6 +638,7 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
       });
       --s.waiters;
       ++s.inline_held;
+      updateRunnable(s);
       held = true;
     } else {
       // Work is pending: queue a gate and wait for the worker to reach it and hold.
@@ -513,6 +647,7 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
       gate.kind = Task::Kind::kInlineGate;
       gate.waiter = &reached;
       s.queue.push_back(std::move(gate));
+      updateRunnable(s);
       const bool wake = s.worker_sleeping;
       s.worker_sleeping = false;
       if (wake) s.work_cv.notify_one();
@@ -523,6 +658,7 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
     }
   }
   lock.unlock();
+  blocked.reset();  // fn runs now: the calling stream is no longer waiting
   // Completes this unit and releases the worker when fn returns (or unwinds).
   struct Release {
     S& s;
@@ -534,6 +670,7 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
       {
         std::lock_guard<std::mutex> lock(s.mu);
         if (held) --s.inline_held;
+        updateRunnable(s);
         s.completed.store(s.completed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
         if (s.waiters) s.done_cv.notify_all();
       }
@@ -659,6 +796,9 @@ mydevError_t mydevStreamDestroy(mydevStream_t stream) {
     if (s->worker.joinable()) s->worker.detach();
     return mydevSuccess;
   }
+  lock.unlock();
+  BlockedScope blocked;  // destroyed from another stream's work: that stream waits
+  lock.lock();
   ++s->waiters;
   s->done_cv.wait(lock, [&] { return s->worker_exited; });
   --s->waiters;
