@@ -187,6 +187,20 @@ def test_host_kernels_on_large_tensors_are_queued():
     torch.testing.assert_close(d.cpu(), torch.sigmoid(x))
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_queued_kernels_that_reallocate_their_output_on_the_way_match_cpu(reduction):
+    # mse_loss.out grows a 0-d out to the input's size and then reduces into
+    # it: the CPU kernel's final bytes land in a new allocation, which the
+    # queued path copies back into the output the caller already holds.
+    x, y = torch.randn(1 << 19), torch.randn(1 << 19)
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        loss = torch.nn.functional.mse_loss(x.to("mydev"), y.to("mydev"), reduction=reduction)
+        assert not s.query()
+    torch.testing.assert_close(loss.cpu(), torch.nn.functional.mse_loss(x, y, reduction=reduction))
+
+
 def test_queued_host_kernels_keep_errors_at_the_call():
     # Shape errors come from the Meta kernel, at the call; values a kernel would
     # reject (an index) and dtypes it lacks keep such ops on the inline path.
@@ -210,6 +224,19 @@ def test_training_matches_cpu_with_every_eligible_host_kernel_queued():
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-500:]
+
+
+def test_conformance_subset_holds_with_every_eligible_host_kernel_queued():
+    # The OpInfo samples are small, so by default their host kernels run at the
+    # call; with MYDEV_QUEUE_MIN_ELEMENTS=0 the same forward and backward checks
+    # go through the queued path (Meta kernel at the call, out= kernel on the worker).
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, MYDEV_QUEUE_MIN_ELEMENTS="0")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
+                        "test_forward or test_backward", os.path.join(here, "test_conformance.py")],
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout, r.stdout[-500:]
 
 
 def test_small_activations_and_their_backward_are_queued():

@@ -4,6 +4,9 @@
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/Allocator.h"
 #include "core/Generator.h"
 #include "core/TensorImpl.h"
@@ -167,6 +170,15 @@ void HostCall::write_back() {
     SparseMembers members = sparse_members(pair.host);
     for (auto& m : members) m = to_device(m);
     set_sparse_members(pair.device, pair.host, members);
+  }
+}
+
+void HostCall::copy_back_reallocated() {
+  for (auto& pair : storages_) {
+    const c10::StorageImpl* host = pair.host.unsafeGetStorageImpl();
+    if (host->data() == pair.device->data()) continue;
+    const size_t nbytes = std::min(host->nbytes(), pair.device->nbytes());
+    if (nbytes > 0) std::memcpy(pair.device->mutable_data(), host->data(), nbytes);
   }
 }
 

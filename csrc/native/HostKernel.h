@@ -39,6 +39,11 @@ class HostCall {
   // in-place restrides, new members of a sparse tensor) back to the mydev
   // tensors. Call before to_device().
   void write_back();
+  // For a queued kernel, whose caller already holds its outputs: a CPU kernel
+  // that reallocated a storage on the way (mse_loss.out grows its 0-d out to
+  // the input's size, then reduces into it) left its final bytes in the new
+  // allocation; they are copied back into the storage the caller holds.
+  void copy_back_reallocated();
   // The CPU dispatch keys of the mapped tensors' layouts, for redispatching.
   c10::DispatchKeySet host_keys() const {
     return host_keys_;

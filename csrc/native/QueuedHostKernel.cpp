@@ -329,6 +329,7 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
                   r.sizes(), ", ", r.strides(), ") than the Meta kernel (", c10::IntArrayRef(expected[i].sizes),
                   ", ", c10::IntArrayRef(expected[i].strides), ")");
     }
+    call.copy_back_reallocated();
   });
   return true;
 }
