@@ -201,6 +201,27 @@ def test_queued_kernels_that_reallocate_their_output_on_the_way_match_cpu(reduct
     torch.testing.assert_close(loss.cpu(), torch.nn.functional.mse_loss(x, y, reduction=reduction))
 
 
+def test_queued_kernels_read_their_inputs_as_they_were_at_the_launch():
+    # A GPU kernel captures its operands' pointers and strides when launched;
+    # restriding an input afterwards must not change what it computes.
+    a, b, x = torch.randn(64, 64), torch.randn(64, 64), torch.randn(1024, 512)
+    y = torch.randn(1024, 512).sign()
+    da, db, dx, dy = a.to("mydev"), b.to("mydev"), x.to("mydev"), y.to("mydev")
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        m = torch.mm(da, db)                   # structured kernel outside TensorIterator
+        c = torch.clamp(dx, -0.5, 0.5)         # queued host kernel
+        # composite out= kernel: resizes its output between two queued kernels
+        loss = torch.nn.functional.soft_margin_loss(dx, dy)
+        da.t_()
+        dx.t_()
+        assert not s.query()
+    torch.testing.assert_close(m.cpu(), a @ b)
+    torch.testing.assert_close(c.cpu(), x.clamp(-0.5, 0.5))
+    torch.testing.assert_close(loss.cpu(), torch.nn.functional.soft_margin_loss(x, y))
+
+
 def test_queued_host_kernels_keep_errors_at_the_call():
     # Shape errors come from the Meta kernel, at the call; values a kernel would
     # reject (an index) and dtypes it lacks keep such ops on the inline path.

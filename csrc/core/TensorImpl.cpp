@@ -88,7 +88,7 @@ at::Tensor make_view(const at::Tensor& base, c10::IntArrayRef sizes, c10::IntArr
 }
 
 at::Tensor kernel_handle(const at::Tensor& t) {
-  if (!t.defined() || t.device().type() != kMyDev) return t;
+  if (!t.defined() || t.device().type() != kMyDev || t.layout() != c10::kStrided) return t;
   return make_view(t, t.sizes(), t.strides(), t.storage_offset());
 }
 

@@ -294,6 +294,11 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
     std::vector<at::Tensor> outputs;
     c10::DeviceIndex device;
   };
+  // The kernel works on the inputs as they are now: a caller that restrides
+  // one afterwards (resize_, t_, as_strided_; soft_margin_loss's composite
+  // out= resizes its output between two queued kernels) must not change what
+  // an already-launched kernel reads, as it would not on a GPU.
+  for (c10::IValue& v : args) v = map_tensors(v, [](const at::Tensor& t) { return kernel_handle(t); });
   auto job = std::make_unique<Job>(Job{&plan, op, std::move(args), outputs, device});
 
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());

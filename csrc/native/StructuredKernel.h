@@ -150,10 +150,22 @@ inline void check_same_device(const char* op,
 // borrows its operands, so the job owns copies of them, and the job lives
 // until the kernel has run. `on_host` computes the same op with PyTorch's CPU
 // operator on host views, for the mixed-dtype case.
+// What a queued kernel outside TensorIterator keeps of an argument: a tensor
+// under a TensorImpl of its own, so that a caller restriding it after the
+// launch (t_, resize_) does not change what the kernel reads. (A
+// TensorIterator records its operands' strides when it is built.)
+template <class T>
+const T& snapshot(const T& value) {
+  return value;
+}
+inline at::Tensor snapshot(const at::Tensor& t) {
+  return kernel_handle(t);
+}
+
 template <class Base, class OnHost, class... Args>
 at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
   struct Job : Pooled<Job> {
-    Job(const Args&... a) : args(a...) {}
+    Job(const Args&... a) : args(kIterator<Base> ? std::tuple<Args...>(a...) : std::tuple<Args...>(snapshot(a)...)) {}
     std::tuple<Args...> args;
     Functional<Base> op;
   };
