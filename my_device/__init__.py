@@ -31,6 +31,10 @@ def _register():
 
 _register()
 
+from . import _exit  # noqa: E402
+
+_exit.install()
+
 # After _register(): swiglu's mydev kernel is registered under the device's name.
 from . import ops  # noqa: E402
 

@@ -222,6 +222,36 @@ def test_queued_kernels_read_their_inputs_as_they_were_at_the_launch():
     torch.testing.assert_close(loss.cpu(), torch.nn.functional.soft_margin_loss(x, y))
 
 
+def test_meta_cache_answers_by_dtype_geometry_and_values():
+    # Queued host kernels ask the Meta kernel for their output shapes once per
+    # call signature (QueuedHostKernel.cpp, MetaCache): dtype, strides, scalar
+    # values and wrapped numbers are all part of that signature.
+    base = torch.randn(1 << 10, 1 << 9)
+    cases = [base, base.double(), base.t(), base[:, ::2], base[1:]]
+    for _ in range(2):  # the second round is answered from the cache
+        for x in cases:
+            d = x.to("mydev")  # (.to keeps the strides of a non-overlapping, dense view)
+            for lo, hi in ((-0.5, 0.5), (0, 1)):
+                got = torch.clamp(d, lo, hi)
+                want = torch.clamp(x, lo, hi)
+                assert got.dtype == want.dtype and got.shape == want.shape and got.stride() == want.stride()
+                torch.testing.assert_close(got.cpu(), want)
+            torch.testing.assert_close(torch.nn.functional.hardtanh(d, -0.25, 0.75).cpu(),
+                                       torch.nn.functional.hardtanh(x, -0.25, 0.75))
+        # argument errors come from the Meta kernel at every call, cached or not
+        with pytest.raises(RuntimeError, match="must match the size"):
+            torch.maximum(torch.randn(1 << 19, device="mydev"), torch.randn(1 << 18, device="mydev"))
+
+
+def test_python_meta_kernels_still_override_the_cpp_ones():
+    # The Meta cache exists because torch/_meta_registrations.py replaces the
+    # C++ Meta kernels of most ops with Python ones (about 0.5 ms a call for
+    # clamp). If this stops being true, the cache may no longer be worth it.
+    table = torch._C._dispatch_dump("aten::clamp")
+    meta = [line for line in table.splitlines() if line.startswith("Meta:")]
+    assert meta and "_meta_registrations.py" in meta[0], table
+
+
 def test_queued_host_kernels_keep_errors_at_the_call():
     # Shape errors come from the Meta kernel, at the call; values a kernel would
     # reject (an index) and dtypes it lacks keep such ops on the inline path.

@@ -25,6 +25,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -43,10 +44,44 @@ constexpr c10::DeviceType kCPU = c10::DeviceType::CPU;
 
 enum class Kind { Inline, Functional, InPlace };
 
+// What the Meta kernel says of a call: each output's geometry and dtype.
+struct OutputSpec {
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype;
+};
+
+// The Meta kernel's answers by call signature. The Python Meta kernels cost
+// 10-550 us a call (clamp's runs torch._refs' type promotion), more than most
+// kernels they plan; but their answer depends only on the arguments'
+// dtypes, geometries and non-tensor values, so a training loop, which repeats
+// the same calls, asks each signature once. Calls whose Meta kernel raised are
+// not cached, so their errors are raised every time.
+class MetaCache {
+ public:
+  bool find(const std::string& key, std::vector<OutputSpec>& out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return false;
+    out = it->second;
+    return true;
+  }
+  void insert(std::string key, std::vector<OutputSpec> specs) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() >= kMaxEntries) map_.clear();  // shapes that keep changing: start over
+    map_.emplace(std::move(key), std::move(specs));
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 512;
+  std::mutex mu_;
+  std::unordered_map<std::string, std::vector<OutputSpec>> map_;
+};
+
 struct Plan {
   Kind kind = Kind::Inline;
   std::optional<c10::OperatorHandle> out_op;  // Functional: the out= overload
   std::string label;                          // "aten::name.overload", for failure reports
+  std::unique_ptr<MetaCache> meta_cache = std::make_unique<MetaCache>();
 };
 
 // The ops that may be queued, by base name: families whose output shapes
@@ -220,6 +255,60 @@ at::Tensor to_meta(const at::Tensor& t) {
   return m;
 }
 
+template <class T>
+void put(std::string& key, const T& value) {
+  key.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+void put_ints(std::string& key, c10::IntArrayRef values) {
+  put(key, values.size());
+  key.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+}
+
+// Appends what the Meta kernel can see of `v` to `key`; false for a kind of
+// argument it does not know how to describe (the call is then not cached).
+bool put_arg(std::string& key, const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    put(key, 'T');
+    put(key, t.defined());
+    if (!t.defined()) return true;
+    put(key, t.device().type());
+    put(key, t.scalar_type());
+    put(key, t.storage_offset());
+    put(key, static_cast<uint8_t>(t.is_conj() | t.is_neg() << 1 |
+                                  t.unsafeGetTensorImpl()->is_wrapped_number() << 2));
+    put_ints(key, t.sizes());
+    put_ints(key, t.strides());
+    return true;
+  }
+  // (a generator's draws do not change shapes)
+  if (v.isNone() || v.isGenerator()) return put(key, 'N'), true;
+  if (v.isBool()) return put(key, 'b'), put(key, v.toBool()), true;
+  if (v.isInt()) return put(key, 'i'), put(key, v.toInt()), true;
+  if (v.isDouble()) return put(key, 'd'), put(key, v.toDouble()), true;
+  if (v.isComplexDouble()) return put(key, 'c'), put(key, v.toComplexDouble()), true;
+  if (v.isString()) {
+    const auto& str = v.toStringRef();
+    put(key, 's');
+    put(key, str.size());
+    key.append(str);
+    return true;
+  }
+  if (v.isDevice()) return put(key, 'D'), put(key, v.toDevice().type()), put(key, v.toDevice().index()), true;
+  if (v.isIntList()) return put(key, 'I'), put_ints(key, v.toIntVector()), true;
+  if (v.isList()) {
+    const auto list = v.toListRef();
+    put(key, 'L');
+    put(key, list.size());
+    for (const c10::IValue& e : list) {
+      if (!put_arg(key, e)) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
 struct Geometry {
   std::vector<int64_t> sizes, strides;
   int64_t offset;
@@ -264,26 +353,38 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
     args.push_back(host_generator((*stack)[first + i], schema.arguments()[i], device));
   }
 
-  // The Meta kernel: shapes of the outputs, and every argument error, now.
-  torch::jit::Stack meta;
-  meta.reserve(nargs);
-  for (const c10::IValue& v : args) meta.push_back(map_tensors(v, to_meta));
-  try {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
-  } catch (const std::exception&) {
-    return false;  // the inline path reports the CPU kernel's own error, or handles the data-dependent case
+  // The Meta kernel (or its cached answer): shapes of the outputs, and every
+  // argument error, now.
+  std::string key;
+  bool cacheable = true;
+  for (const c10::IValue& v : args) cacheable = cacheable && put_arg(key, v);
+  std::vector<OutputSpec> specs;
+  if (!cacheable || !plan.meta_cache->find(key, specs)) {
+    torch::jit::Stack meta;
+    meta.reserve(nargs);
+    for (const c10::IValue& v : args) meta.push_back(map_tensors(v, to_meta));
+    try {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+    } catch (const std::exception&) {
+      return false;  // the inline path reports the CPU kernel's own error, or handles the data-dependent case
+    }
+    for (const c10::IValue& r : meta) {
+      const at::Tensor& m = r.toTensor();
+      specs.push_back({m.sizes().vec(), m.strides().vec(), m.scalar_type()});
+    }
+    if (cacheable) plan.meta_cache->insert(std::move(key), specs);
   }
 
   std::vector<at::Tensor> outputs;
   if (plan.kind == Kind::Functional) {
-    outputs.reserve(meta.size());
-    for (const c10::IValue& r : meta) {
-      const at::Tensor& m = r.toTensor();
-      outputs.push_back(empty_device(m.sizes(), m.strides(), m.options().device(kMyDev, device)));
+    outputs.reserve(specs.size());
+    for (const OutputSpec& spec : specs) {
+      outputs.push_back(empty_device(spec.sizes, spec.strides, at::TensorOptions(spec.dtype).device(kMyDev, device)));
     }
   }
   const at::Tensor self = plan.kind == Kind::InPlace ? args[0].toTensor() : at::Tensor();
-  if (plan.kind == Kind::InPlace && !Geometry(self).same(meta[0].toTensor())) {
+  if (plan.kind == Kind::InPlace &&
+      !(self.sizes() == c10::IntArrayRef(specs[0].sizes) && self.strides() == c10::IntArrayRef(specs[0].strides))) {
     return false;  // an in-place op that restrides self: keep that on the calling thread
   }
 
