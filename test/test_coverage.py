@@ -128,6 +128,28 @@ def test_composite_ops_that_run_as_host_kernels_behave_as_on_cpu():
     assert torch.equal(values.cpu(), expected.values) and torch.equal(indices.cpu(), expected.indices)
 
 
+def test_conjugation_state_survives_host_kernels():
+    # conj_physical_ calls its DispatchStub with the tensor's own device type,
+    # so it runs as a composite on host tensors (svd's out= variant uses it).
+    x = torch.randn(3, 4, dtype=torch.complex64)
+    d = x.to("mydev")
+    d.conj_physical_()
+    assert torch.equal(d.cpu(), x.conj_physical())
+    u, s, vh = (torch.empty(0, dtype=t, device="mydev") for t in (torch.complex64, torch.float32, torch.complex64))
+    torch.svd(x.to("mydev"), out=(u, s, vh))
+    torch.testing.assert_close((u * s.to(u.dtype)) @ vh.mH, x.to("mydev"))
+    # linalg_lu_solve's out= kernel hands back its output with the conjugate
+    # bit flipped (left=False); the mydev output must carry that bit too.
+    a, b = torch.randn(3, 3, dtype=torch.complex64), torch.randn(4, 3, dtype=torch.complex64)
+    lu, piv = torch.linalg.lu_factor(a)
+    expected = torch.empty(0, dtype=torch.complex64)
+    torch.linalg.lu_solve(lu, piv, b, left=False, out=expected)
+    out = torch.empty(0, dtype=torch.complex64, device="mydev")
+    torch.linalg.lu_solve(lu.to("mydev"), piv.to("mydev"), b.to("mydev"), left=False, out=out)
+    assert out.is_conj() == expected.is_conj()
+    assert torch.equal(out.cpu(), expected)
+
+
 def test_autograd_zero_tensors_live_on_mydev_without_fallback(monkeypatch):
     # sgn's derivative for real inputs is _efficientzerotensor: sizes, no bytes
     monkeypatch.setenv("MYDEV_FALLBACK", "error")

@@ -165,6 +165,9 @@ void HostCall::write_back() {
         host->storage_offset() != dev->storage_offset()) {
       dev->set_sizes_and_strides(host->sizes(), host->strides(), host->storage_offset());
     }
+    // (linalg_lu_solve's out= kernel flips its output's conjugate bit for left=False)
+    if (host->is_conj() != dev->is_conj()) dev->_set_conj(host->is_conj());
+    if (host->is_neg() != dev->is_neg()) dev->_set_neg(host->is_neg());
   }
   for (auto& pair : sparse_) {
     SparseMembers members = sparse_members(pair.host);

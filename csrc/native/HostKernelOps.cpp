@@ -79,6 +79,10 @@ constexpr CompositeOnHost kCompositesOnHost[] = {
     // mode's out= variant checks the device type against a fixed list
     // (CPU, CUDA, XPU); on host tensors it passes and calls the CPU kernel.
     {"mode.values", "checks the device type against CPU, CUDA and XPU"},
+    // conj_physical_ runs conj_physical_stub on its argument's device type
+    // itself: on mydev tensors the stub has no kernel (svd's out= variant
+    // reaches it too, for complex results).
+    {"conj_physical_", "calls the CPU loop's DispatchStub with the tensor's own device type"},
 };
 
 const Exclusion* find_exclusion(std::string_view name) {
