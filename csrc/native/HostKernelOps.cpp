@@ -23,7 +23,7 @@
 // (the functional and in-place forms of every structured op, native_layer_norm,
 // addr, ...) gets the host kernel: the composite one would run the op as
 // several ops (meta, empty, out=) where the CPU kernel is one call.
-#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -118,44 +118,45 @@ void register_all_host_kernels() {
   static bool done = false;
   if (done) return;
   done = true;
+  // The dense pair comes first: the composites run as host kernels register in libs[0].
   const BackendPair pairs[] = {
       {c10::DispatchKey::CPU, c10::DispatchKey::PrivateUse1, &g_coverage.host_kernel},
       // Sparse layouts: HostCall maps a sparse tensor through its dense members.
       {c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1, &g_coverage.sparse_host_kernel},
       {c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1, &g_coverage.sparse_host_kernel},
   };
+  // The registrations live as long as the process; a Library's destructor
+  // would unregister them.
+  torch::Library* libs[std::size(pairs)];
+  for (size_t i = 0; i < std::size(pairs); ++i) {
+    libs[i] = new torch::Library(torch::Library::IMPL, "aten", pairs[i].mydev, __FILE__, __LINE__);
+  }
   auto& dispatcher = c10::Dispatcher::singleton();
-  for (const auto& pair : pairs) {
-    // The registrations live as long as the process; a Library's destructor
-    // would unregister them.
-    auto* lib = new torch::Library(torch::Library::IMPL, "aten", pair.mydev, __FILE__, __LINE__);
-    const bool dense = pair.mydev == c10::DispatchKey::PrivateUse1;
-    for (const auto& name : dispatcher.getAllOpNames()) {
-      if (name.name.rfind("aten::", 0) != 0) continue;
-      auto handle = dispatcher.findOp(name);
-      if (!handle || !handle->hasKernelForDispatchKey(pair.cpu)) continue;
-      const std::string full = full_name(name);
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto handle = dispatcher.findOp(name);
+    if (!handle) continue;
+    const std::string full = full_name(name);
+    const Exclusion* exclusion = find_exclusion(std::string_view(name.name).substr(6));
+    bool excluded = false;
+    for (size_t i = 0; i < std::size(pairs); ++i) {
+      const BackendPair& pair = pairs[i];
+      if (!handle->hasKernelForDispatchKey(pair.cpu)) continue;
       if (handle->hasKernelForDispatchKey(pair.mydev)) {
-        if (dense) g_coverage.own_kernel.push_back(full);
-        continue;
-      }
-      if (const Exclusion* e = find_exclusion(std::string_view(name.name).substr(6))) {
-        auto& excluded = g_coverage.excluded;
-        if (std::none_of(excluded.begin(), excluded.end(), [&](const auto& x) { return x.first == full; })) {
-          excluded.emplace_back(full, std::string(e->reason));
-        }
-        continue;
-      }
-      lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
-      pair.registered->push_back(full);
-    }
-    if (dense) {
-      for (const auto& c : kCompositesOnHost) {
-        const std::string full = "aten::" + std::string(c.name);
-        lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
-        g_coverage.host_kernel.push_back(full);
+        if (pair.mydev == c10::DispatchKey::PrivateUse1) g_coverage.own_kernel.push_back(full);
+      } else if (exclusion != nullptr) {
+        excluded = true;
+      } else {
+        libs[i]->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
+        pair.registered->push_back(full);
       }
     }
+    if (excluded) g_coverage.excluded.emplace_back(full, std::string(exclusion->reason));
+  }
+  for (const auto& c : kCompositesOnHost) {
+    const std::string full = "aten::" + std::string(c.name);
+    libs[0]->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
+    g_coverage.host_kernel.push_back(full);
   }
 }
 
