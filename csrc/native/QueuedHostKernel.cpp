@@ -274,8 +274,7 @@ bool put_arg(std::string& key, const c10::IValue& v) {
     put(key, t.defined());
     if (!t.defined()) return true;
     put(key, t.device().type());
-    put(key, t.scalar_type());
-    put(key, t.storage_offset());
+    put(key, t.scalar_type());  // (not the storage offset: to_meta does not pass it on)
     put(key, static_cast<uint8_t>(t.is_conj() | t.is_neg() << 1 |
                                   t.unsafeGetTensorImpl()->is_wrapped_number() << 2));
     put_ints(key, t.sizes());
