@@ -143,6 +143,96 @@ def test_record_stream_delays_reuse_until_the_other_stream_finished():
     assert ptr in (z.data_ptr(), w.data_ptr())     # once s finished, the block is reused
 
 
+MIB4 = 1 << 20  # float32 elements in 4 MiB: large enough to be leased (KernelArgs.h)
+
+
+def test_freed_blocks_go_back_to_their_stream_while_kernels_are_queued():
+    # A host running ahead of the device must not keep the memory of every
+    # tensor it dropped: as with CUDA, a freed block returns to its stream at
+    # once, and the next allocation there reuses it behind the queued kernels.
+    x = torch.randn(MIB4)
+    d = x.to("mydev")
+    s = torch.mydev.current_stream()
+    torch.mydev.synchronize()
+    base = torch.mydev.memory_allocated()
+    torch.mydev.reset_peak_memory_stats()
+    reserved = torch.mydev.memory_reserved()
+    with delayed(s, us=2000):
+        for _ in range(50):
+            y = d.clamp(-0.5, 0.5)
+            z = y * 2
+        assert not s.query()                                  # the kernels are still queued
+        assert torch.mydev.memory_allocated() == base + 2 * 4 * MIB4   # only y and z are allocated
+        assert torch.mydev.max_memory_reserved() <= reserved + 4 * 4 * MIB4
+    torch.testing.assert_close(z.cpu(), x.clamp(-0.5, 0.5) * 2)
+
+
+def test_reused_blocks_hold_what_each_kernel_wrote_in_stream_order():
+    x = torch.randn(MIB4)
+    d = x.to("mydev")
+    s = torch.mydev.current_stream()
+    with delayed(s, us=1000):
+        sums, ptrs = [], set()
+        for i in range(20):
+            t = d * float(i)          # dropped next iteration: its block is reused by the next t
+            ptrs.add(t.data_ptr())
+            sums.append((t + 1).sum())
+        assert not s.query()
+    assert len(ptrs) <= 2                                    # the blocks were reused while queued
+    for i, got in enumerate(sums):
+        torch.testing.assert_close(got.cpu(), (x * float(i) + 1).sum())
+
+
+def test_blocks_used_by_another_streams_kernels_are_not_reused_before_they_ran():
+    # CUDA would let the allocation stream reuse x's block at once (unless
+    # record_stream was called); mydev holds it until s2's kernel ran.
+    s2 = torch.mydev.Stream()
+    x = torch.full((MIB4,), 3.0, device="mydev")
+    torch.mydev.synchronize()
+    ptr = x.data_ptr()
+    with delayed(s2):
+        with torch.mydev.stream(s2):
+            y = x * 2                                       # queued on s2, reads x
+        del x
+        z = torch.full((MIB4,), 7.0, device="mydev")        # runs now, on the default stream
+        assert z.data_ptr() != ptr
+        assert not s2.query()
+    torch.testing.assert_close(y.cpu(), torch.full((MIB4,), 6.0))
+    torch.testing.assert_close(z.cpu(), torch.full((MIB4,), 7.0))
+
+
+def test_empty_cache_waits_for_kernels_using_freed_blocks():
+    s = torch.mydev.current_stream()
+    with delayed(s):
+        x = torch.full((MIB4,), 2.0, device="mydev")
+        y = x * 3                                           # queued; leases x's block
+        del x
+        assert not s.query()
+        torch.mydev.empty_cache()                           # may not unmap x's block under the kernel
+        assert s.query()
+    torch.testing.assert_close(y.cpu(), torch.full((MIB4,), 6.0))
+
+
+def test_out_of_memory_waits_for_queued_kernels_before_giving_up(python_subprocess):
+    r = python_subprocess("""
+        import torch, my_device
+        MiB = 1 << 20
+        s = torch.mydev.current_stream()
+        x = torch.full((2 * MiB,), 2.0, device="mydev")          # 8 MiB of 32
+        torch.mydev.synchronize()
+        my_device._C._test_set_stream_delay(s.stream_id, s.device_index, 200_000)
+        y = x * 3                                                 # 8 MiB, queued; leases x
+        del x                                                     # cached, but its stream is busy
+        big = torch.empty(6 * MiB, device="mydev")                # 24 MiB: fits once x's segment is freed
+        my_device._C._test_set_stream_delay(s.stream_id, s.device_index, 0)
+        assert torch.equal(y.cpu(), torch.full((2 * MiB,), 6.0))
+        stats = torch.mydev.memory_stats()
+        assert stats["num_ooms"] == 0 and stats["num_alloc_retries"] == 1, stats
+        print("ok")
+    """, env={"MYDEV_MEMORY_LIMIT": "32M"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
 def test_non_blocking_copy_from_pinned_is_queued():
     host = torch.arange(1 << 16, dtype=torch.float32).pin_memory()
     dev = torch.empty(1 << 16, device="mydev")

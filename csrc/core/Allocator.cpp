@@ -2,6 +2,19 @@
 // runtime in segments, is split into blocks, and freed blocks stay cached per
 // (device, stream) so later allocations reuse them without a runtime call.
 // Freed neighbours merge back; empty_cache returns whole free segments.
+//
+// A freed block is reusable at once by its own stream, even while kernels
+// queued there still use it (they lease it, KernelArgs.h): whatever reuses it
+// is queued behind them. What must wait is giving memory back to the runtime:
+// a segment is released only once its stream has no queued work, as CUDA's
+// cudaFree waits for the device.
+//
+// Queued kernels allocate too: a host kernel's CPU code takes scratch memory
+// through the CPU allocator (HostKernel.cpp). That happens out of stream
+// order, while the blocks of the stream's pool may still be leased by this
+// very kernel or by kernels queued behind it, so it is served from a pool of
+// its own (kScratch). A scratch block is never leased, so once freed nothing
+// uses it and any kernel may take it.
 #include "Allocator.h"
 #include "Launch.h"
 
@@ -11,6 +24,7 @@
 #include <c10/util/flat_hash_map.h>
 #include <c10/util/irange.h>
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -31,6 +45,10 @@ constexpr size_t kMinBlock = 512;            // every block is a multiple of thi
 constexpr size_t kSmallSize = 1u << 20;      // requests up to 1 MiB use the small pool...
 constexpr size_t kSmallSegment = 2u << 20;   // ...carved from 2 MiB segments
 constexpr size_t kLargeRound = 2u << 20;     // large segments are whole multiples of 2 MiB
+
+// The pool key of allocations made inside queued kernels (see above): not a
+// stream, and never passed to the runtime.
+const mydevStream_t kScratch = reinterpret_cast<mydevStream_t>(static_cast<uintptr_t>(1));
 
 struct Block {
   c10::DeviceIndex device;
@@ -90,7 +108,7 @@ class DeviceCache {
   Block* allocate(size_t nbytes, mydevStream_t stream) {
     const size_t size = round_size(nbytes);
     const bool small = size <= kSmallSize;
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     process_events();
     Pool& pool = small ? small_ : large_;
     Block key{device_, stream, size, nullptr, small};
@@ -101,7 +119,7 @@ class DeviceCache {
       pool.erase(it);
     } else {
       block = new_segment(small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound, small,
-                          stream, nbytes);
+                          stream, nbytes, lock);
     }
     const size_t remaining = block->size - size;
     if (remaining >= (small ? kMinBlock : kSmallSize + 1)) {
@@ -154,9 +172,11 @@ class DeviceCache {
     block->used_on.push_back(stream);
   }
 
-  // Frees every cached segment that is entirely unused. Returns bytes released.
+  // Frees every cached segment that is entirely unused, once the streams they
+  // belong to have run what is queued. Returns bytes released.
   size_t release_cached() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    wait_for_busy_segments(lock);
     return release_cached_locked();
   }
 
@@ -201,23 +221,40 @@ class DeviceCache {
     return prop.totalGlobalMem;
   }
 
-  Block* new_segment(size_t size, bool small, mydevStream_t stream, size_t requested) {
+  Block* new_segment(size_t size, bool small, mydevStream_t stream, size_t requested,
+                     std::unique_lock<std::mutex>& lock) {
     const size_t cap = capacity();
     const size_t allowed = static_cast<size_t>(fraction_ * static_cast<double>(cap));
     auto reserved = [&] { return static_cast<size_t>(stats_.reserved_bytes[0].current); };
     void* ptr = nullptr;
     mydevError_t err = mydevErrorMemoryAllocation;
-    if (reserved() + size <= allowed) {
-      RuntimeDeviceGuard on_device(device_);
-      err = mydevMalloc(&ptr, size);
-    }
-    if (err == mydevErrorMemoryAllocation) {
-      // Out of memory with blocks cached: give them back and try once more.
-      ++stats_.num_alloc_retries;
-      release_cached_locked();
+    auto try_malloc = [&] {
       if (reserved() + size <= allowed) {
         RuntimeDeviceGuard on_device(device_);
         err = mydevMalloc(&ptr, size);
+      }
+    };
+    try_malloc();
+    if (err == mydevErrorMemoryAllocation) {
+      // Out of memory with blocks cached: give back those no queued kernel
+      // can still use, and try once more.
+      ++stats_.num_alloc_retries;
+      release_cached_locked();
+      try_malloc();
+    }
+    if (err == mydevErrorMemoryAllocation && !in_kernel()) {
+      // Last resort, on a host thread: wait for the streams whose cached
+      // segments are busy, and destroy finished kernels, whose references may
+      // be the last ones to dead tensors. Both free memory only with the lock
+      // released (a running kernel may be allocating; reaping frees blocks).
+      // A kernel's own allocation cannot wait: its stream would wait for it.
+      if (wait_for_busy_segments(lock) || has_finished_kernels()) {
+        lock.unlock();
+        reap_finished_kernels();
+        lock.lock();
+        process_events();
+        release_cached_locked();
+        try_malloc();
       }
     }
     if (err == mydevErrorMemoryAllocation) {
@@ -280,25 +317,75 @@ class DeviceCache {
     }
   }
 
-  size_t release_cached_locked() {
-    process_events();
-    size_t released = 0;
+  // Whether `stream` (null: the device's default stream) has no queued work.
+  bool stream_idle(mydevStream_t stream) {
+    if (stream == kScratch) return true;
+    RuntimeDeviceGuard on_device(device_);
+    return mydevStreamQuery(stream) != mydevErrorNotReady;
+  }
+
+  // Whole free segments, the only ones release_cached_locked gives back.
+  template <class F>
+  void for_each_free_segment(F&& f) {
     for (Pool* pool : {&small_, &large_}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;
-        if (b->prev != nullptr || b->next != nullptr) {
-          ++it;
-          continue;
-        }
-        it = pool->erase(it);
-        mydevFree(b->ptr);  // a live allocation cannot fail to free; a forked child ignores it
-        ++stats_.num_device_free;
-        update(stats_.segment, b->small, -1);
-        update(stats_.reserved_bytes, b->small, -static_cast<int64_t>(b->size));
-        released += b->size;
-        delete b;
+        ++it;  // f may erase b
+        if (b->prev == nullptr && b->next == nullptr) f(pool, b);
       }
     }
+  }
+
+  // Waits, with the lock released, until the streams of free segments have
+  // run their queued work, so release_cached_locked can give them all back.
+  // Returns whether it waited. Only on host threads: a kernel's own stream
+  // could not finish while it waits.
+  bool wait_for_busy_segments(std::unique_lock<std::mutex>& lock) {
+    if (in_kernel()) return false;
+    std::vector<mydevStream_t> busy;
+    for_each_free_segment([&](Pool*, Block* b) {
+      if (std::find(busy.begin(), busy.end(), b->stream) == busy.end() && !stream_idle(b->stream)) {
+        busy.push_back(b->stream);
+      }
+    });
+    if (busy.empty()) return false;
+    lock.unlock();
+    {
+      // An event rather than a stream synchronisation, which would take the
+      // stream's pending kernel error from the caller's next synchronisation.
+      RuntimeDeviceGuard on_device(device_);
+      for (mydevStream_t s : busy) {
+        mydevEvent_t e = nullptr;
+        if (mydevEventCreateWithFlags(&e, mydevEventDisableTiming) != mydevSuccess) continue;
+        if (mydevEventRecord(e, s) == mydevSuccess) mydevEventSynchronize(e);
+        mydevEventDestroy(e);
+      }
+    }
+    lock.lock();
+    return true;
+  }
+
+  size_t release_cached_locked() {
+    process_events();
+    size_t released = 0;
+    std::vector<std::pair<mydevStream_t, bool>> idle;  // queried once per stream
+    auto is_idle = [&](mydevStream_t stream) {
+      for (const auto& [s, ok] : idle) {
+        if (s == stream) return ok;
+      }
+      idle.emplace_back(stream, stream_idle(stream));
+      return idle.back().second;
+    };
+    for_each_free_segment([&](Pool* pool, Block* b) {
+      if (!is_idle(b->stream)) return;  // a queued kernel may still use a leased block
+      pool->erase(b);
+      mydevFree(b->ptr);  // a live allocation cannot fail to free; a forked child ignores it
+      ++stats_.num_device_free;
+      update(stats_.segment, b->small, -1);
+      update(stats_.reserved_bytes, b->small, -static_cast<int64_t>(b->size));
+      released += b->size;
+      delete b;
+    });
     return released;
   }
 
@@ -416,15 +503,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   if (nbytes == 0) {
     return {nullptr, where};
   }
-  Block* block = nullptr;
-  try {
-    block = cache_for(device).allocate(nbytes, current_stream_handle(device));
-  } catch (const c10::OutOfMemoryError&) {
-    // Finished kernels may still hold the last references to dead tensors.
-    if (!has_finished_kernels()) throw;
-    reap_finished_kernels();
-    block = cache_for(device).allocate(nbytes, current_stream_handle(device));
-  }
+  Block* block = cache_for(device).allocate(nbytes, in_queued_kernel() ? kScratch : current_stream_handle(device));
   {
     std::lock_guard<std::mutex> lock(g_live_mutex);
     g_live.emplace(block->ptr, block);
@@ -438,6 +517,13 @@ c10::DeviceAllocator* device_allocator() {
 
 bool is_device_data_ptr(const c10::DataPtr& data_ptr) {
   return data_ptr.get_deleter() == &free_block;
+}
+
+bool allocated_for_stream(const c10::DataPtr& data_ptr, c10::DeviceIndex device, mydevStream_t stream) {
+  if (!is_device_data_ptr(data_ptr)) return false;
+  const Block* block = live_block(data_ptr.get());
+  // A segment's blocks all belong to its stream, for as long as it exists.
+  return block != nullptr && block->device == device && block->stream == stream;
 }
 
 bool is_device_pointer(void* ptr) {

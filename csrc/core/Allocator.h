@@ -2,6 +2,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
+#include <mydev_runtime.h>
 
 namespace my_device {
 
@@ -15,13 +16,18 @@ bool is_device_data_ptr(const c10::DataPtr& data_ptr);
 // For raw (pointer-only) frees: whether `ptr` is a live device allocation, and freeing it.
 bool is_device_pointer(void* ptr);
 void free_device_pointer(void* ptr);
+// Whether `data_ptr` is a live block of `device` allocated for `stream` (a
+// null stream is the device's default stream): one a kernel queued on that
+// stream may lease (KernelArgs.h).
+bool allocated_for_stream(const c10::DataPtr& data_ptr, c10::DeviceIndex device, mydevStream_t stream);
 // Allocates on an explicit device (for its current stream) rather than the current device.
 c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes);
 
 DeviceStats memory_stats(c10::DeviceIndex device);
 void reset_peak_memory_stats(c10::DeviceIndex device);
 void reset_accumulated_memory_stats(c10::DeviceIndex device);
-// Returns every cached, unused segment of every device to the runtime.
+// Returns every cached, unused segment of every device to the runtime, after
+// waiting for the streams they belong to (kernels may still use leased blocks).
 void empty_cache();
 // Caps what the allocator may reserve on `device` at fraction * capacity.
 void set_memory_fraction(double fraction, c10::DeviceIndex device);

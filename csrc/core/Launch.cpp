@@ -1,5 +1,6 @@
 #include "Launch.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -14,7 +15,27 @@ std::atomic<bool> g_any_injected{false};
 // Finished tasks, a lock-free stack: workers push one at a time, host threads
 // take the whole stack at once (no pop of single nodes, so no ABA problem).
 std::atomic<LaunchedTask*> g_retired{nullptr};
+
+// 0: not in a kernel; 1: inline; 2: queued (an inline kernel run from a queued
+// one stays queued: it is on the worker).
+thread_local int tls_kernel = 0;
 } // namespace
+
+bool in_kernel() {
+  return tls_kernel != 0;
+}
+
+bool in_queued_kernel() {
+  return tls_kernel == 2;
+}
+
+KernelScope::KernelScope(bool queued) : previous_(tls_kernel) {
+  tls_kernel = std::max(tls_kernel, queued ? 2 : 1);
+}
+
+KernelScope::~KernelScope() {
+  tls_kernel = previous_;
+}
 
 void retire_kernel(LaunchedTask* task) {
   LaunchedTask* head = g_retired.load(std::memory_order_relaxed);

@@ -4,8 +4,9 @@
 // touched (strict mode opens device pages only for launched work).
 //
 // launch_async: the kernel is queued and runs later on the stream's worker. The
-//   task owns everything it touches (tensors are captured by value), so inputs
-//   and outputs live until it has run. A failure is recorded with the op's name
+//   task keeps what it touches valid until it has run: it holds references,
+//   or leases on blocks of its own stream (KernelArgs.h), which the allocator
+//   may hand to later work on that stream but never gives back while queued. A failure is recorded with the op's name
 //   and raised at the next synchronisation, as CUDA reports kernel errors.
 //   The task is destroyed on a host thread, not on the worker (see
 //   reap_finished_kernels).
@@ -29,6 +30,22 @@ void record_kernel_failure(c10::DeviceIndex device, const char* label, const std
 // Test hook: the next launch_async whose label equals `label` fails when it runs.
 void inject_kernel_failure(const std::string& label);
 bool take_injected_failure(const char* label);
+
+// Whether this thread is running a kernel: a launched task on a stream worker
+// (queued), or a host thread inside launch_inline. Such a thread must not wait
+// for its stream (the stream waits for it).
+bool in_kernel();
+bool in_queued_kernel();
+class KernelScope {
+ public:
+  explicit KernelScope(bool queued);
+  ~KernelScope();
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  int previous_;
+};
 
 struct LaunchedTask {
   virtual ~LaunchedTask() = default;
@@ -58,6 +75,7 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
     auto* t = static_cast<Task*>(data);
     int status = 0;
     try {
+      KernelScope in_kernel(/*queued=*/true);
       if (take_injected_failure(t->label)) {
         throw std::runtime_error("injected failure (my_device._C._test_inject_kernel_failure)");
       }
@@ -97,6 +115,7 @@ void launch_inline(c10::DeviceIndex device, F&& body) {
   auto trampoline = [](void* data) -> int {
     auto* c = static_cast<Closure*>(data);
     try {
+      KernelScope in_kernel(/*queued=*/false);
       (*c->body)();
       return 0;
     } catch (...) {

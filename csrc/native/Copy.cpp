@@ -7,6 +7,7 @@
 #include <torch/library.h>
 
 #include "HostKernel.h"
+#include "core/KernelArgs.h"
 
 namespace my_device {
 namespace {
@@ -50,9 +51,12 @@ void runtime_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
   RuntimeDeviceGuard on_device(device);
   MYDEV_CHECK(mydevMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes, kind, current_stream_handle(device)));
   // Streams run in order, so this no-op kernel finishes after the copy and
-  // releases the memory only then. It holds the storages, not the tensors
-  // (see kernel_handle for why not the caller's TensorImpls).
-  launch_async(device, "copy keep-alive", [s = src.storage(), d = dst.storage()] {});
+  // releases what it holds only then: the storages (not the caller's
+  // TensorImpls, see kernel_handle) that the copy cannot lease (KernelArgs.h).
+  KernelArgs held(device);
+  c10::Storage s = held.keep(src.storage());
+  c10::Storage d = held.keep(dst.storage());
+  if (s || d) launch_async(device, "copy keep-alive", [s = std::move(s), d = std::move(d)] {});
 }
 
 // dst.copy_(src) with both tensors on the same mydev device.

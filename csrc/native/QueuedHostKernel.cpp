@@ -34,6 +34,7 @@
 #include "Factory.h"
 #include "HostKernel.h"
 #include "core/Generator.h"
+#include "core/KernelArgs.h"
 #include "core/Launch.h"
 #include "core/TensorImpl.h"
 
@@ -397,13 +398,18 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   // The kernel works on the inputs as they are now: a caller that restrides
   // one afterwards (resize_, t_, as_strided_; soft_margin_loss's composite
   // out= resizes its output between two queued kernels) must not change what
-  // an already-launched kernel reads, as it would not on a GPU.
-  for (c10::IValue& v : args) v = map_tensors(v, [](const at::Tensor& t) { return kernel_handle(t); });
-  auto job = std::make_unique<Job>(Job{&plan, op, std::move(args), outputs, device});
+  // an already-launched kernel reads, as it would not on a GPU. So the job
+  // has TensorImpls of its own, over leases where it can (KernelArgs.h).
+  KernelArgs held(device);
+  for (c10::IValue& v : args) v = map_tensors(v, [&](const at::Tensor& t) { return held.own(t); });
+  std::vector<at::Tensor> job_outputs;
+  job_outputs.reserve(outputs.size());
+  for (const at::Tensor& out : outputs) job_outputs.push_back(held.own(out));
+  auto job = std::make_unique<Job>(Job{&plan, op, std::move(args), std::move(job_outputs), device});
 
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
   if (plan.kind == Kind::Functional) {
-    for (const at::Tensor& out : outputs) stack->push_back(kernel_handle(out));  // see kernel_handle
+    for (at::Tensor& out : outputs) stack->push_back(std::move(out));
   } else {
     stack->push_back(self);
   }

@@ -29,6 +29,7 @@
 #include "Factory.h"
 #include "HostKernel.h"
 #include "core/JobPool.h"
+#include "core/KernelArgs.h"
 #include "core/Launch.h"
 #include "core/TensorImpl.h"
 
@@ -150,35 +151,55 @@ inline void check_same_device(const char* op,
 // borrows its operands, so the job owns copies of them, and the job lives
 // until the kernel has run. `on_host` computes the same op with PyTorch's CPU
 // operator on host views, for the mixed-dtype case.
-// What a queued kernel outside TensorIterator keeps of an argument: a tensor
-// under a TensorImpl of its own, so that a caller restriding it after the
-// launch (t_, resize_) does not change what the kernel reads. (A
-// TensorIterator records its operands' strides when it is built.)
+// What a queued kernel keeps of an argument (KernelArgs.h). Outside
+// TensorIterator, a tensor under a TensorImpl of its own, so that a caller
+// restriding it after the launch (t_, resize_) does not change what the kernel
+// reads; a TensorIterator records its operands' geometry when it is built, so
+// there the caller's TensorImpl is shared (unless the storage is leased):
+// giving each input its own TensorImpl measured slower than it saves.
 template <class T>
-const T& snapshot(const T& value) {
+const T& held_arg(KernelArgs&, bool, const T& value) {
   return value;
 }
-inline at::Tensor snapshot(const at::Tensor& t) {
-  return kernel_handle(t);
+inline at::Tensor held_arg(KernelArgs& held, bool own, const at::Tensor& t) {
+  return own ? held.own(t) : held.share(t);
+}
+
+// The device a call's kernel will be launched on: that of its first mydev
+// tensor (meta() rejects calls mixing devices).
+template <class... Args>
+c10::DeviceIndex launch_device(const Args&... args) {
+  c10::DeviceIndex device = -1;
+  auto visit = [&](const auto& a) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, at::Tensor>) {
+      if (device < 0 && a.defined() && a.device().type() == kMyDev) device = a.device().index();
+    }
+  };
+  (visit(args), ...);
+  return device < 0 ? current_device() : device;
 }
 
 template <class Base, class OnHost, class... Args>
 at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
   struct Job : Pooled<Job> {
-    Job(const Args&... a) : args(kIterator<Base> ? std::tuple<Args...>(a...) : std::tuple<Args...>(snapshot(a)...)) {}
+    Job(KernelArgs& held, const Args&... a) : args(held_arg(held, !kIterator<Base>, a)...) {}
     std::tuple<Args...> args;
     Functional<Base> op;
   };
-  auto job = std::make_unique<Job>(args...);
+  KernelArgs held(launch_device(args...));
+  auto job = std::make_unique<Job>(held, args...);
   std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
   const c10::DeviceIndex device = job->op.output.device().index();
   if constexpr (kIterator<Base>) {
     if (!uniform_dtype(job->op)) return on_host_now(device, on_host, args...);
   }
+  TORCH_INTERNAL_ASSERT(device == held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
+                        held.device());
   // The caller gets its own TensorImpl (kernel_handle): outputs are the tensors
-  // most often dropped while their kernel is still queued. Inputs are held as
-  // given; giving each its own TensorImpl measured slower than it saves.
+  // most often dropped while their kernel is still queued. The job's is then
+  // pointed at a lease, so that dropping it gives the block back at once.
   at::Tensor out = kernel_handle(job->op.output);
+  held.lease_in_place(job->op.output);
   launch_async(device, label, [job = std::move(job)] {
     if constexpr (kIterator<Base>) {
       std::apply([&](const auto&... a) { job->op.impl(a..., job->op.output); }, job->args);
@@ -197,12 +218,14 @@ at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
 template <class Base, class OnHost, class... Args>
 at::Tensor& in_place(const char* label, OnHost on_host, at::Tensor& self, const Args&... args) {
   struct Job : Pooled<Job> {
-    Job(const at::Tensor& s, const Args&... a) : self(s), args(a...), op(s) {}
+    Job(KernelArgs& held, const at::Tensor& s, const Args&... a)
+        : self(held.share(s)), args(held_arg(held, false, a)...), op(s) {}
     at::Tensor self;
     std::tuple<Args...> args;
     InPlace<Base> op;
   };
-  auto job = std::make_unique<Job>(self, args...);
+  KernelArgs held(launch_device(self, args...));
+  auto job = std::make_unique<Job>(held, self, args...);
   job->op.rebind(job->self);
   std::apply([&](const auto&... a) { job->op.meta(job->self, a...); }, job->args);
   const c10::DeviceIndex device = self.device().index();

@@ -17,6 +17,7 @@
 #endif
 
 #include "OpSupport.h"
+#include "core/KernelArgs.h"
 
 namespace my_device::ops {
 namespace {
@@ -174,7 +175,9 @@ void fused_adamw_mydev(const at::Tensor& param, const at::Tensor& exp_avg, const
   const c10::DeviceIndex device = check_same_device(kFusedAdamW, {&param, &exp_avg, &exp_avg_sq, &grad});
   check_inputs(param, exp_avg, exp_avg_sq, grad, h);
   check_dense(param, exp_avg, exp_avg_sq, grad);
-  launch_async(device, kFusedAdamW, [param, exp_avg, exp_avg_sq, grad, h] {
+  KernelArgs held(device);
+  launch_async(device, kFusedAdamW, [param = held.own(param), exp_avg = held.own(exp_avg),
+                                     exp_avg_sq = held.own(exp_avg_sq), grad = held.own(grad), h] {
     adamw_update(param, exp_avg, exp_avg_sq, grad, h);
   });
 }

@@ -27,6 +27,7 @@
 #include <cmath>
 
 #include "OpSupport.h"
+#include "core/KernelArgs.h"
 #include "native/Factory.h"
 
 namespace my_device::ops {
@@ -55,8 +56,10 @@ at::Tensor gelu_backward_mydev(const at::Tensor& grad_output, const at::Tensor& 
   TORCH_CHECK(approximate == "none" || approximate == "tanh", kGeluBackward,
               ": approximate must be 'none' or 'tanh', got '", approximate, "'");
   at::Tensor grad_input = empty_device(self.sizes(), {}, self.options());
-  // The job owns its tensors: the caller's references may be gone when it runs.
-  launch_async(device, kGeluBackward, [grad_output, self, grad_input, approximate = std::string(approximate)] {
+  // The caller's references may be gone when it runs (KernelArgs.h).
+  KernelArgs held(device);
+  launch_async(device, kGeluBackward, [grad_output = held.own(grad_output), self = held.own(self),
+                                       grad_input = held.own(grad_input), approximate = std::string(approximate)] {
     HostCall call(grad_input.device().index());
     at::Tensor out = call.to_host(grad_input);
     at::cpu::gelu_backward_out(out, call.to_host(grad_output), call.to_host(self), approximate);

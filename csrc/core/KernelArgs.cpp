@@ -1,0 +1,65 @@
+#include "KernelArgs.h"
+
+#include "Allocator.h"
+#include "Stream.h"
+#include "TensorImpl.h"
+
+namespace my_device {
+
+namespace {
+
+bool is_plain_device_tensor(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kMyDev && t.layout() == c10::kStrided;
+}
+
+at::Tensor over(const c10::Storage& storage, const at::Tensor& t) {
+  at::Tensor out = make_tensor(storage, t.dtype(), t.sizes(), t.strides(), t.storage_offset());
+  out.unsafeGetTensorImpl()->_set_conj(t.is_conj());
+  out.unsafeGetTensorImpl()->_set_neg(t.is_neg());
+  return out;
+}
+
+} // namespace
+
+KernelArgs::KernelArgs(c10::DeviceIndex device)
+    : device_(device), stream_(device >= 0 ? current_stream_handle(device) : nullptr) {}
+
+const c10::Storage* KernelArgs::lease(const c10::Storage& s) {
+  c10::StorageImpl* impl = s.unsafeGetStorageImpl();
+  if (impl == nullptr || impl->nbytes() < kLeaseMinBytes || device_ < 0) return nullptr;
+  for (const auto& [original, leased] : leases_) {
+    if (original == impl) return &leased;
+  }
+  if (!allocated_for_stream(impl->data_ptr(), device_, stream_)) return nullptr;
+  leases_.emplace_back(impl, c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                                 c10::StorageImpl::use_byte_size_t(), impl->nbytes(),
+                                 c10::DataPtr(impl->mutable_data(), c10::Device(kMyDev, device_)),
+                                 /*allocator=*/nullptr, /*resizable=*/false)));
+  return &leases_.back().second;
+}
+
+at::Tensor KernelArgs::own(const at::Tensor& t) {
+  if (!is_plain_device_tensor(t)) return t;
+  const c10::Storage* leased = lease(t.storage());
+  return leased != nullptr ? over(*leased, t) : kernel_handle(t);
+}
+
+at::Tensor KernelArgs::share(const at::Tensor& t) {
+  if (!is_plain_device_tensor(t)) return t;
+  const c10::Storage* leased = lease(t.storage());
+  return leased != nullptr ? over(*leased, t) : t;
+}
+
+void KernelArgs::lease_in_place(const at::Tensor& t) {
+  if (!is_plain_device_tensor(t)) return;
+  if (const c10::Storage* leased = lease(t.storage())) {
+    t.unsafeGetTensorImpl()->set_storage_keep_dtype(*leased);
+  }
+}
+
+c10::Storage KernelArgs::keep(const c10::Storage& s) {
+  if (s.device_type() == kMyDev && lease(s) != nullptr) return {};
+  return s;
+}
+
+} // namespace my_device
