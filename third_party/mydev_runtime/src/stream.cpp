@@ -7,6 +7,33 @@
 // a notify only when the worker sleeps. After draining its queue the worker
 // spins briefly (bursts of launches then cost no futex wake) and then sleeps.
 //
+// Launch queue depth. Unbounded queues would let a host thread run any
+// distance ahead of a stream, each queued task pinning the memory of the
+// tensors it uses; a GPU bounds this instead (CUDA's launch queue holds about
+// 1024 entries, then a launch blocks). So a stream holds at most `queue_limit`
+// tasks queued but not yet started (MYDEV_LAUNCH_QUEUE_DEPTH, default 1024,
+// 0 for none), and an enqueue that finds it full waits on room_cv until the
+// worker has started enough of them. Below the limit this costs the submit
+// path one comparison (no limit is a limit of SIZE_MAX). A waiting submitter
+// is woken when the queue is down to half the limit (resume_at), not at every
+// freed slot: a host far ahead then costs one wake-up per half queue instead
+// of one per task, and the worker still has half a queue in hand meanwhile.
+//
+// Waiting for room must never deadlock (waitForRoom has the details):
+//  - work of the stream itself (its worker, or an inline function holding the
+//    worker) never waits, and may overfill the queue: it would wait for itself;
+//  - work of another stream waits as a blocked stream, so it does not hold back
+//    the full stream if that has lower priority, but overfills rather than
+//    waits when the full stream's own worker is blocked or held: the two may
+//    be waiting for each other;
+//  - plain host threads always wait, as a CUDA launch on a full queue does.
+// An inline call's gate takes a slot but never waits for one, since its caller
+// waits for the whole queue anyway. Under MYDEV_LAUNCH_BLOCKING=1 each host
+// thread has at most one task queued, so the limit only matters with more
+// submitting threads than it. Destroy and process exit wake waiting submitters:
+// after a destroy their enqueue fails like any on a destroyed stream, after
+// exit their work runs inline like any work enqueued then.
+//
 // Counters: `enqueued` and `completed` only grow, and are written under the
 // stream's mutex (atomics so spinning waiters can read them without it).
 // Synchronising means waiting until `completed` reaches the `enqueued` value
