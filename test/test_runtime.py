@@ -111,6 +111,26 @@ def test_exit_gives_up_on_a_stuck_launch(runtime_test):
     assert elapsed < 10, elapsed
 
 
+@pytest.mark.parametrize("depth", ["1", "4"])
+def test_launch_queue_depth(runtime_test, depth):
+    # A full stream makes the next enqueue wait for its worker; work on its own
+    # stream, work feeding another full stream's work, and a destroy never hang.
+    assert_passed(run(runtime_test, "queue-depth", env={"MYDEV_LAUNCH_QUEUE_DEPTH": depth}))
+
+
+def test_exit_releases_a_submitter_waiting_for_room(runtime_test):
+    start = time.monotonic()
+    result = run(runtime_test, "exit-full", env={"MYDEV_LAUNCH_QUEUE_DEPTH": "2"}, timeout=30)
+    elapsed = time.monotonic() - start
+    assert_passed(result)
+    # Released by the runtime's exit handler; its work then runs inline, as
+    # work enqueued after exit does. The queued work was dropped.
+    assert "blocked submitter released: mydevSuccess" in result.stdout, result.stdout
+    assert "blocked work ran" in result.stdout
+    assert result.stderr == ""
+    assert elapsed < 10, elapsed
+
+
 def test_defaults(runtime_test):
     result = run(runtime_test, "env", "2", str(8 * GiB), "0")
     assert_passed(result)
@@ -161,6 +181,9 @@ def test_memory_limit_suffixes(runtime_test, value, expected):
         ("MYDEV_MEMORY_LIMIT", "99999999999T"),
         ("MYDEV_STRICT", "yes"),
         ("MYDEV_LAUNCH_BLOCKING", "2"),
+        ("MYDEV_LAUNCH_QUEUE_DEPTH", "-1"),
+        ("MYDEV_LAUNCH_QUEUE_DEPTH", "lots"),
+        ("MYDEV_LAUNCH_QUEUE_DEPTH", "4k"),
     ],
 )
 def test_bad_values_fall_back_with_warning(runtime_test, var, value):

@@ -23,6 +23,9 @@
  *  MYDEV_LAUNCH_BLOCKING  1: every enqueue returns only once its work has run
  *                         (a failing launch then returns mydevErrorLaunchFailure
  *                         itself, besides leaving the sticky error); for debugging
+ *  MYDEV_LAUNCH_QUEUE_DEPTH  how many tasks a stream holds queued but not yet
+ *                         started before an enqueue waits for room (default
+ *                         1024, like CUDA's launch queue; 0: no limit)
  */
 #ifndef MYDEV_RUNTIME_H
 #define MYDEV_RUNTIME_H
@@ -105,11 +108,12 @@ MYDEV_API mydevError_t mydevFreeHost(void* ptr);
 /* ---- streams ---------------------------------------------------------- */
 /* A stream is a FIFO queue of work (launches, async copies and memsets, event
  * records and waits) run in order by the stream's worker thread, started at its
- * first enqueue. Enqueuing returns at once (unless MYDEV_LAUNCH_BLOCKING=1);
- * work on different streams runs concurrently and is ordered only through
- * events. The default stream of each device is such a stream too, with no
- * implicit synchronisation with other streams (only the synchronous
- * mydevMemcpy waits for them).
+ * first enqueue. Enqueuing returns at once (unless MYDEV_LAUNCH_BLOCKING=1, or
+ * the stream's launch queue is full: see "Launch queue" below); work on
+ * different streams runs concurrently and is ordered only through events.
+ * The default stream of each device is such a stream too, with no implicit
+ * synchronisation with other streams (only the synchronous mydevMemcpy waits
+ * for them).
  *
  * Errors: a failing launch (nonzero return, or a C++ exception escaping it)
  * makes mydevErrorLaunchFailure the stream's sticky error; the first failure
@@ -121,7 +125,22 @@ MYDEV_API mydevError_t mydevFreeHost(void* ptr);
  * synchronisation never waits for the calling function's own stream (it
  * cannot finish first), and mydevMemcpy copies at once without waiting.
  * At process exit, work still queued is dropped; a running task is given up
- * to a second to finish. */
+ * to a second to finish.
+ *
+ * Launch queue: like a GPU's, a stream's queue is bounded, so the host cannot
+ * run arbitrarily far ahead of the device (queued work keeps its buffers in
+ * use). A stream holds at most MYDEV_LAUNCH_QUEUE_DEPTH tasks that have not
+ * started; an enqueue (launch, async copy or memset, event record, stream
+ * wait) on a full stream waits until its worker has started tasks, down to
+ * half the limit, then enqueues and returns. Exceptions, where waiting could
+ * deadlock, enqueue past the limit at once instead: work enqueued from the
+ * stream's own launched functions or from an inline function on it, and work
+ * enqueued from another stream's functions while the full stream's worker is
+ * itself waiting (for an event, another stream or an inline caller). A
+ * launched function waiting for room in another stream counts as waiting for
+ * priorities. A waiting enqueue fails with mydevErrorInvalidResourceHandle if
+ * the stream is destroyed meanwhile, and at process exit it stops waiting and
+ * runs its work in the calling thread, as any work enqueued after exit does. */
 typedef struct mydevStream_st* mydevStream_t;
 
 MYDEV_API mydevError_t mydevDeviceGetStreamPriorityRange(int* least, int* greatest);

@@ -20,6 +20,8 @@ constexpr int kDefaultDeviceCount = 2;
 // per-device structures (and fits the int8 device index PyTorch uses).
 constexpr int kMaxDeviceCount = 64;
 constexpr size_t kDefaultMemoryLimit = size_t(8) << 30;
+// CUDA's launch queue holds about this many entries before a launch blocks.
+constexpr size_t kDefaultLaunchQueueDepth = 1024;
 
 void warnBadValue(const char* var, const char* value, const char* fallback) {
   std::fprintf(stderr, "mydev: ignoring invalid %s=\"%s\"; using %s\n", var, value, fallback);
@@ -55,6 +57,15 @@ bool parseDeviceCount(const std::string& s, int* out) {
   if (!parseUnsigned(s, &pos, &v) || pos != s.size()) return false;
   if (v < 1 || v > static_cast<uint64_t>(kMaxDeviceCount)) return false;
   *out = static_cast<int>(v);
+  return true;
+}
+
+// Plain digits; 0 is valid (no limit).
+bool parseQueueDepth(const std::string& s, size_t* out) {
+  size_t pos = 0;
+  uint64_t v = 0;
+  if (!parseUnsigned(s, &pos, &v) || pos != s.size() || v > SIZE_MAX) return false;
+  *out = static_cast<size_t>(v);
   return true;
 }
 
@@ -94,7 +105,7 @@ bool parseFlag(const char* var) {
 }
 
 Config parseEnvironment() {
-  Config c{kDefaultDeviceCount, kDefaultMemoryLimit, false, false};
+  Config c{kDefaultDeviceCount, kDefaultMemoryLimit, false, false, kDefaultLaunchQueueDepth};
   // An empty variable is treated as unset, the usual shell idiom for clearing one.
   if (const char* raw = std::getenv("MYDEV_DEVICE_COUNT"); raw && *raw) {
     if (!parseDeviceCount(trimmed(raw), &c.device_count)) {
@@ -106,6 +117,12 @@ Config parseEnvironment() {
     if (!parseByteSize(trimmed(raw), &c.memory_limit)) {
       c.memory_limit = kDefaultMemoryLimit;
       warnBadValue("MYDEV_MEMORY_LIMIT", raw, "8G (expected bytes with optional K/M/G/T suffix)");
+    }
+  }
+  if (const char* raw = std::getenv("MYDEV_LAUNCH_QUEUE_DEPTH"); raw && *raw) {
+    if (!parseQueueDepth(trimmed(raw), &c.launch_queue_depth)) {
+      c.launch_queue_depth = kDefaultLaunchQueueDepth;
+      warnBadValue("MYDEV_LAUNCH_QUEUE_DEPTH", raw, "1024 (expected a count of tasks, 0 for no limit)");
     }
   }
   c.strict = parseFlag("MYDEV_STRICT");

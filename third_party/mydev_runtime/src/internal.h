@@ -21,6 +21,9 @@ struct Config {
   size_t memory_limit;
   bool strict;
   bool launch_blocking;  // MYDEV_LAUNCH_BLOCKING=1: every enqueue waits for its task
+  // MYDEV_LAUNCH_QUEUE_DEPTH: how many tasks a stream holds queued but not yet
+  // started before an enqueue waits for room; 0 means no limit.
+  size_t launch_queue_depth;
 };
 
 // Parsed from the environment once, on first call. Does not initialise the

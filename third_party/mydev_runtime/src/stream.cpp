@@ -7,6 +7,33 @@
 // a notify only when the worker sleeps. After draining its queue the worker
 // spins briefly (bursts of launches then cost no futex wake) and then sleeps.
 //
+// Launch queue depth. Unbounded queues would let a host thread run any
+// distance ahead of a stream, each queued task pinning the memory of the
+// tensors it uses; a GPU bounds this instead (CUDA's launch queue holds about
+// 1024 entries, then a launch blocks). So a stream holds at most `queue_limit`
+// tasks queued but not yet started (MYDEV_LAUNCH_QUEUE_DEPTH, default 1024,
+// 0 for none), and an enqueue that finds it full waits on room_cv until the
+// worker has started enough of them. Below the limit this costs the submit
+// path one comparison (no limit is a limit of SIZE_MAX). A waiting submitter
+// is woken when the queue is down to half the limit (resume_at), not at every
+// freed slot: a host far ahead then costs one wake-up per half queue instead
+// of one per task, and the worker still has half a queue in hand meanwhile.
+//
+// Waiting for room must never deadlock (waitForRoom has the details):
+//  - work of the stream itself (its worker, or an inline function holding the
+//    worker) never waits, and may overfill the queue: it would wait for itself;
+//  - work of another stream waits as a blocked stream, so it does not hold back
+//    the full stream if that has lower priority, but overfills rather than
+//    waits when the full stream's own worker is blocked or held: the two may
+//    be waiting for each other;
+//  - plain host threads always wait, as a CUDA launch on a full queue does.
+// An inline call's gate takes a slot but never waits for one, since its caller
+// waits for the whole queue anyway. Under MYDEV_LAUNCH_BLOCKING=1 each host
+// thread has at most one task queued, so the limit only matters with more
+// submitting threads than it. Destroy and process exit wake waiting submitters:
+// after a destroy their enqueue fails like any on a destroyed stream, after
+// exit their work runs inline like any work enqueued then.
+//
 // Counters: `enqueued` and `completed` only grow, and are written under the
 // stream's mutex (atomics so spinning waiters can read them without it).
 // Synchronising means waiting until `completed` reaches the `enqueued` value
@@ -78,6 +105,14 @@ class TaskRing {
   size_t head_ = 0;
   size_t count_ = 0;
 };
+
+// The most queued-but-not-started tasks a stream holds before an enqueue waits
+// (MYDEV_LAUNCH_QUEUE_DEPTH); SIZE_MAX when unlimited, so the submit fast path
+// is a single comparison either way.
+inline size_t launchQueueLimit() {
+  const size_t depth = config().launch_queue_depth;
+  return depth == 0 ? SIZE_MAX : depth;
+}
 }  // namespace mydev_detail
 
 struct mydevStream_st {
@@ -89,6 +124,11 @@ struct mydevStream_st {
   std::mutex mu;
   std::condition_variable work_cv;  // the worker waits here for tasks
   std::condition_variable done_cv;  // synchronisers and blocking submitters wait here
+  std::condition_variable room_cv;  // submitters waiting for room in a full queue wait here
+  // Launch queue depth, fixed at creation. A submitter that found the queue
+  // full is woken once it has drained to resume_at (see waitForRoom).
+  const size_t queue_limit = mydev_detail::launchQueueLimit();
+  const size_t resume_at = queue_limit / 2;
   // Everything below is guarded by mu (the atomics are only written under it).
   mydev_detail::TaskRing queue;
   std::atomic<uint64_t> enqueued{0};
@@ -100,6 +140,7 @@ struct mydevStream_st {
   bool stopping = false;   // destroyed or exiting: the worker leaves once the queue is empty
   bool abandoned = false;  // process exit: queue dropped, later work runs inline
   int waiters = 0;         // threads blocked on done_cv
+  int room_waiters = 0;    // threads blocked on room_cv
   int inline_held = 0;     // a LaunchHostFuncInline is running: the worker must not start work
   int blocked = 0;         // the worker (or inline caller) is waiting for other streams or an event
   bool counted = false;    // included in its device's runnable count (see updateRunnable)
@@ -355,6 +396,9 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
       s.queue.pop_front();
       updateRunnable(s);
       s.done_cv.notify_all();
+      // The stream is now held: a submitter from another stream's work must
+      // stop waiting for room in it (see waitForRoom).
+      if (s.room_waiters) s.room_cv.notify_all();
       continue;
     }
     if (unsigned delay = delayed ? 0 : s.delay_us.load(std::memory_order_relaxed)) {
@@ -380,6 +424,9 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
       Task task = std::move(s.queue.front());
       s.queue.pop_front();
       updateRunnable(s);
+      // Submitters waiting for room resume only once half the queue has
+      // drained: one wake per batch of tasks, not one per task.
+      if (s.room_waiters && s.queue.size() <= s.resume_at) s.room_cv.notify_all();
       delayed = false;
       lock.unlock();
       rc = runTask(s, task);
@@ -504,6 +551,7 @@ void stopWorkersAtExit() {
     }
     s->work_cv.notify_all();
     s->done_cv.notify_all();
+    s->room_cv.notify_all();  // submitters waiting for room now run their work inline
     // Dropped markers complete, so nothing (a worker in a StreamWaitEvent, a
     // thread in EventSynchronize) waits for them forever.
     dropped.for_each([](Task& task) {
@@ -538,6 +586,9 @@ BlockedScope::BlockedScope() : stream_(t_worker_stream) {
   std::lock_guard<std::mutex> lock(stream_->mu);
   ++stream_->blocked;
   updateRunnable(*stream_);
+  // Submitters from other streams' work stop waiting for room in this stream
+  // now that its worker is blocked (see waitForRoom).
+  if (stream_->room_waiters) stream_->room_cv.notify_all();
 }
 
 BlockedScope::~BlockedScope() {
@@ -562,6 +613,48 @@ mydevError_t resolveStream(mydevStream_t handle, std::shared_ptr<S>* out) {
 
 int streamDevice(const S& stream) { return stream.device; }
 
+namespace {
+
+// submitToStream's slow path, taken when s's queue holds queue_limit tasks.
+// Releases `lock` (on s.mu) and waits until the worker has started enough of
+// them that the queue is down to resume_at (hysteresis, so a host far ahead
+// is woken once per batch rather than per task), or the stream is stopping or
+// abandoned; then relocks and returns true, and the caller checks again, since
+// other submitters may have taken the room first. Returns false at once, and
+// the caller enqueues past the limit, where waiting could deadlock:
+//  - on the caller's own stream: its worker, or an inline function holding
+//    that worker, would be waiting for itself;
+//  - from another stream's work (a worker or an inline function) while this
+//    stream's worker is blocked (waiting for other streams or an event) or
+//    held by an inline function: what it waits for may be the calling stream,
+//    which is about to block too (two streams' tasks feeding each other's full
+//    queues). Both sides' `blocked` are set under their own locks before the
+//    other's is read, so of two such submitters at least one sees the other.
+// A worker waiting here is blocked for the priority scheduler, as in any
+// cross-stream wait, so a full low-priority stream it waits for is not held
+// back by its own high-priority queue.
+__attribute__((noinline)) bool waitForRoom(S& s, std::unique_lock<std::mutex>& lock) {
+  if (t_worker_stream == &s) return false;
+  const bool from_stream = t_worker_stream != nullptr;
+  auto give_up = [&] {
+    return s.stopping || s.abandoned || (from_stream && (s.blocked > 0 || s.inline_held > 0));
+  };
+  if (give_up()) return false;
+  lock.unlock();
+  {
+    BlockedScope blocked;
+    lock.lock();
+    ++s.room_waiters;
+    s.room_cv.wait(lock, [&] { return s.queue.size() <= s.resume_at || give_up(); });
+    --s.room_waiters;
+    lock.unlock();  // before the scope ends (lock order: the waiting stream's own first)
+  }
+  lock.lock();
+  return true;
+}
+
+}  // namespace
+
 mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   S& s = *sp;
   // Waiting for its own stream from inside one of its tasks would deadlock.
@@ -570,6 +663,9 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   if (blocking) task.waiter = &wait;
 
   std::unique_lock<std::mutex> lock(s.mu);
+  // Launch queue full: wait for room. Below the limit this is the only cost.
+  while (s.queue.size() >= s.queue_limit && waitForRoom(s, lock)) {
+  }
   if (s.abandoned || (!s.worker_started && g_exiting.load(std::memory_order_relaxed))) {
     lock.unlock();
     task.waiter = nullptr;
@@ -789,6 +885,7 @@ mydevError_t mydevStreamDestroy(mydevStream_t stream) {
   std::unique_lock<std::mutex> lock(s->mu);
   s->stopping = true;
   s->work_cv.notify_all();
+  s->room_cv.notify_all();  // submitters waiting for room fail now rather than at the drain
   if (!s->worker_started) return mydevSuccess;
   if (t_worker_stream == s.get()) {
     // Destroyed from one of its own tasks: the worker (which holds its own
