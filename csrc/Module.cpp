@@ -125,7 +125,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_get_device_properties", [](int device) { return device_properties(static_cast<c10::DeviceIndex>(device)); });
   m.def("_mem_get_info", [](int device) { return mem_get_info(static_cast<c10::DeviceIndex>(device)); });
   m.def("_memory_stats", [](int device) { return memory_info(static_cast<c10::DeviceIndex>(device)); });
-  m.def("_empty_cache", &empty_cache);
+  m.def("_empty_cache", [] {
+    py::gil_scoped_release no_gil;  // it waits for streams with cached memory, as a synchronisation does
+    empty_cache();
+  });
   m.def("_reset_peak_memory_stats", [](int device) { reset_peak_memory_stats(static_cast<c10::DeviceIndex>(device)); });
   m.def("_reset_accumulated_memory_stats",
         [](int device) { reset_accumulated_memory_stats(static_cast<c10::DeviceIndex>(device)); });

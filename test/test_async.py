@@ -213,6 +213,40 @@ def test_empty_cache_waits_for_kernels_using_freed_blocks():
     torch.testing.assert_close(y.cpu(), torch.full((MIB4,), 6.0))
 
 
+def test_a_queued_kernel_keeps_a_storage_the_caller_swapped_out():
+    # A TensorIterator kernel shares the caller's TensorImpl; set_ then drops
+    # the old storage while the kernel, queued on another stream, still reads it.
+    s2 = torch.mydev.Stream()
+    x = torch.full((MIB4,), 3.0, device="mydev")
+    torch.mydev.synchronize()
+    with delayed(s2):
+        with torch.mydev.stream(s2):
+            y = x * 2
+        x.set_(torch.empty(0, device="mydev"))
+        z = torch.full((MIB4,), 7.0, device="mydev")        # would take the old block at once
+        assert not s2.query()
+    torch.testing.assert_close(y.cpu(), torch.full((MIB4,), 6.0))
+    torch.testing.assert_close(z.cpu(), torch.full((MIB4,), 7.0))
+
+
+def test_a_kernel_out_of_memory_reclaims_its_streams_cache(python_subprocess):
+    # Inside a kernel its own stream counts as busy, yet the blocks that were
+    # free before the kernel took its place there can go back to the device.
+    r = python_subprocess("""
+        import torch, my_device
+        MiB = 1 << 20
+        cached = [torch.empty(2 * MiB, device="mydev") for _ in range(3)]   # 3 x 8 MiB
+        del cached                                                          # 24 of 32 MiB reserved, all free
+        x = torch.arange(MiB, dtype=torch.float32, device="mydev")          # 4 MiB, split from one of them
+        y = torch.cat([x, x, x, x])        # a host kernel run at the call; its 16 MiB output needs the cache
+        assert torch.equal(y.cpu(), torch.arange(MiB, dtype=torch.float32).repeat(4))
+        stats = torch.mydev.memory_stats()
+        assert stats["num_ooms"] == 0 and stats["num_alloc_retries"] == 1, stats   # it did need the cache
+        print("ok")
+    """, env={"MYDEV_MEMORY_LIMIT": "32M"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
 def test_out_of_memory_waits_for_queued_kernels_before_giving_up(python_subprocess):
     r = python_subprocess("""
         import torch, my_device

@@ -9,12 +9,14 @@
 // a segment is released only once its stream has no queued work, as CUDA's
 // cudaFree waits for the device.
 //
-// Queued kernels allocate too: a host kernel's CPU code takes scratch memory
-// through the CPU allocator (HostKernel.cpp). That happens out of stream
-// order, while the blocks of the stream's pool may still be leased by this
-// very kernel or by kernels queued behind it, so it is served from a pool of
-// its own (kScratch). A scratch block is never leased, so once freed nothing
-// uses it and any kernel may take it.
+// Kernels allocate too: a host kernel's CPU code takes its outputs and scratch
+// memory through the CPU allocator (HostKernel.cpp). That happens out of
+// stream order: a queued kernel runs after the host has moved on, and an
+// inline one while other host threads may queue work on its stream. Blocks of
+// the stream's pool may then still be leased by this very kernel or by kernels
+// queued behind it, so kernels are served from a pool of their own (kScratch).
+// A scratch block is never leased, so once freed nothing uses it and any
+// kernel may take it.
 #include "Allocator.h"
 #include "Launch.h"
 
@@ -25,6 +27,7 @@
 #include <c10/util/irange.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -46,8 +49,8 @@ constexpr size_t kSmallSize = 1u << 20;      // requests up to 1 MiB use the sma
 constexpr size_t kSmallSegment = 2u << 20;   // ...carved from 2 MiB segments
 constexpr size_t kLargeRound = 2u << 20;     // large segments are whole multiples of 2 MiB
 
-// The pool key of allocations made inside queued kernels (see above): not a
-// stream, and never passed to the runtime.
+// The pool key of allocations made inside kernels (see above): not a stream,
+// and never passed to the runtime.
 const mydevStream_t kScratch = reinterpret_cast<mydevStream_t>(static_cast<uintptr_t>(1));
 
 struct Block {
@@ -61,6 +64,7 @@ struct Block {
   Block* prev = nullptr;  // neighbours inside the same segment
   Block* next = nullptr;
   std::vector<mydevStream_t> used_on;  // other streams (record_stream)
+  uint64_t freed_at = 0;  // free_clock when it last returned to its pool
 };
 
 struct BlockOrder {
@@ -124,6 +128,7 @@ class DeviceCache {
     const size_t remaining = block->size - size;
     if (remaining >= (small ? kMinBlock : kSmallSize + 1)) {
       auto* rest = new Block{device_, stream, remaining, static_cast<char*>(block->ptr) + size, small};
+      rest->freed_at = block->freed_at;
       rest->prev = block;
       rest->next = block->next;
       if (block->next) block->next->prev = rest;
@@ -142,21 +147,29 @@ class DeviceCache {
   }
 
   void free(Block* block) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     update(stats_.allocation, block->small, -1);
     update(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
     update(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
     if (!block->used_on.empty()) {
       // Still in use by work queued on other streams: reuse only after it ran.
+      // The events are recorded with the lock released: a record on a full
+      // stream waits for room, which its worker may only make after taking
+      // this lock (a kernel allocating scratch memory).
+      std::vector<mydevStream_t> streams;
+      streams.swap(block->used_on);
+      lock.unlock();
       std::vector<mydevEvent_t> events;
-      for (mydevStream_t s : block->used_on) {
+      for (mydevStream_t s : streams) {
         mydevEvent_t e = nullptr;
-        if (mydevEventCreateWithFlags(&e, mydevEventDisableTiming) == mydevSuccess &&
-            mydevEventRecord(e, s) == mydevSuccess) {
+        if (mydevEventCreateWithFlags(&e, mydevEventDisableTiming) != mydevSuccess) continue;
+        if (mydevEventRecord(e, s) == mydevSuccess) {
           events.push_back(e);
+        } else {
+          mydevEventDestroy(e);
         }
       }
-      block->used_on.clear();
+      lock.lock();
       pending_.push_back({block, std::move(events)});
       return;
     }
@@ -178,6 +191,10 @@ class DeviceCache {
     std::unique_lock<std::mutex> lock(mutex_);
     wait_for_busy_segments(lock);
     return release_cached_locked();
+  }
+
+  uint64_t clock() const {
+    return clock_.load(std::memory_order_acquire);
   }
 
   DeviceStats stats() {
@@ -298,6 +315,7 @@ class DeviceCache {
       delete second;
       block = first;
     }
+    block->freed_at = clock_.fetch_add(1, std::memory_order_acq_rel) + 1;
     pool.insert(block);
   }
 
@@ -376,8 +394,19 @@ class DeviceCache {
       idle.emplace_back(stream, stream_idle(stream));
       return idle.back().second;
     };
+    // Inside a kernel, its own stream is busy (with it, at least), but blocks
+    // of that stream free since before the kernel took its place there are
+    // leased by no kernel still to run (see free_clock).
+    const KernelContext* kernel = current_kernel();
+    auto releasable = [&](const Block* b) {
+      if (kernel != nullptr && kernel->device == device_ && kernel->stream == b->stream &&
+          b->freed_at <= kernel->epoch) {
+        return true;
+      }
+      return is_idle(b->stream);  // else a queued kernel may still use a leased block
+    };
     for_each_free_segment([&](Pool* pool, Block* b) {
-      if (!is_idle(b->stream)) return;  // a queued kernel may still use a leased block
+      if (!releasable(b)) return;
       pool->erase(b);
       mydevFree(b->ptr);  // a live allocation cannot fail to free; a forked child ignores it
       ++stats_.num_device_free;
@@ -395,6 +424,7 @@ class DeviceCache {
   std::vector<std::pair<Block*, std::vector<mydevEvent_t>>> pending_;
   DeviceStats stats_;
   double fraction_ = 1.0;
+  std::atomic<uint64_t> clock_{0};  // see free_clock; written under mutex_, read without it
 };
 
 DeviceCache& cache_for(c10::DeviceIndex device) {
@@ -503,7 +533,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   if (nbytes == 0) {
     return {nullptr, where};
   }
-  Block* block = cache_for(device).allocate(nbytes, in_queued_kernel() ? kScratch : current_stream_handle(device));
+  Block* block = cache_for(device).allocate(nbytes, in_kernel() ? kScratch : current_stream_handle(device));
   {
     std::lock_guard<std::mutex> lock(g_live_mutex);
     g_live.emplace(block->ptr, block);
@@ -517,6 +547,10 @@ c10::DeviceAllocator* device_allocator() {
 
 bool is_device_data_ptr(const c10::DataPtr& data_ptr) {
   return data_ptr.get_deleter() == &free_block;
+}
+
+uint64_t free_clock(c10::DeviceIndex device) {
+  return cache_for(device).clock();
 }
 
 bool allocated_for_stream(const c10::DataPtr& data_ptr, c10::DeviceIndex device, mydevStream_t stream) {

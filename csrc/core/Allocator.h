@@ -20,6 +20,11 @@ void free_device_pointer(void* ptr);
 // null stream is the device's default stream): one a kernel queued on that
 // stream may lease (KernelArgs.h).
 bool allocated_for_stream(const c10::DataPtr& data_ptr, c10::DeviceIndex device, mydevStream_t stream);
+// The device allocator's free clock: it ticks each time a block returns to a
+// pool. A kernel that took its place in a stream at tick e (KernelContext)
+// knows that blocks of its stream free since a tick <= e are leased by no
+// kernel still to run (kernels launched later cannot lease a free block).
+uint64_t free_clock(c10::DeviceIndex device);
 // Allocates on an explicit device (for its current stream) rather than the current device.
 c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes);
 

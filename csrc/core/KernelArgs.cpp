@@ -46,8 +46,9 @@ at::Tensor KernelArgs::own(const at::Tensor& t) {
 
 at::Tensor KernelArgs::share(const at::Tensor& t) {
   if (!is_plain_device_tensor(t)) return t;
-  const c10::Storage* leased = lease(t.storage());
-  return leased != nullptr ? over(*leased, t) : t;
+  if (const c10::Storage* leased = lease(t.storage())) return over(*leased, t);
+  shared_.push_back(t.storage());
+  return t;
 }
 
 void KernelArgs::lease_in_place(const at::Tensor& t) {

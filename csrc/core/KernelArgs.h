@@ -23,12 +23,6 @@
 //  - blocks under kLeaseMinBytes: a lease costs two small heap allocations,
 //    more than such a block is worth holding back for a while.
 //
-// Known gap: an inline kernel (launch_inline) allocates at its start, in
-// stream order, but runs while other host threads may queue work on the same
-// stream; a block such a thread freed after leasing it to a kernel queued
-// behind the inline one could be handed to the inline kernel first. It takes
-// two host threads launching on one stream at once.
-//
 // One KernelArgs per launch: every argument over the same storage gets the
 // same leased StorageImpl, so CPU kernels' alias and overlap checks, which
 // compare StorageImpls, see what they would see on the caller's tensors.
@@ -56,7 +50,9 @@ class KernelArgs {
   at::Tensor own(const at::Tensor& t);
   // `t` itself unless its storage can be leased, then as own(): for jobs that
   // need no TensorImpl of their own (a TensorIterator records its operands'
-  // geometry when it is built).
+  // geometry and data pointers when it is built). A storage shared this way is
+  // also held here, since the caller may swap it out of `t` (set_, .data =)
+  // before the kernel ran: such a job keeps its KernelArgs until then.
   at::Tensor share(const at::Tensor& t);
   // Points the job's own TensorImpl `t` at a lease of its storage, if it can
   // be leased: for an output the job created and shares with the caller
@@ -75,6 +71,7 @@ class KernelArgs {
   c10::DeviceIndex device_;
   mydevStream_t stream_;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 3> leases_;
+  c10::SmallVector<c10::Storage, 3> shared_;
 };
 
 } // namespace my_device

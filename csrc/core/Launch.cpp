@@ -1,5 +1,7 @@
 #include "Launch.h"
 
+#include "Allocator.h"
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -16,25 +18,27 @@ std::atomic<bool> g_any_injected{false};
 // take the whole stack at once (no pop of single nodes, so no ABA problem).
 std::atomic<LaunchedTask*> g_retired{nullptr};
 
-// 0: not in a kernel; 1: inline; 2: queued (an inline kernel run from a queued
-// one stays queued: it is on the worker).
-thread_local int tls_kernel = 0;
+thread_local KernelContext tls_kernel;
+thread_local bool tls_in_kernel = false;
 } // namespace
 
-bool in_kernel() {
-  return tls_kernel != 0;
+const KernelContext* current_kernel() {
+  return tls_in_kernel ? &tls_kernel : nullptr;
 }
 
-bool in_queued_kernel() {
-  return tls_kernel == 2;
-}
-
-KernelScope::KernelScope(bool queued) : previous_(tls_kernel) {
-  tls_kernel = std::max(tls_kernel, queued ? 2 : 1);
+KernelScope::KernelScope(const KernelContext& kernel) : entered_(!tls_in_kernel) {
+  if (entered_) {
+    tls_kernel = kernel;
+    tls_in_kernel = true;
+  }
 }
 
 KernelScope::~KernelScope() {
-  tls_kernel = previous_;
+  if (entered_) tls_in_kernel = false;
+}
+
+KernelContext kernel_context(c10::DeviceIndex device) {
+  return {device, current_stream_handle(device), free_clock(device)};
 }
 
 void retire_kernel(LaunchedTask* task) {

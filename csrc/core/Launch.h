@@ -31,21 +31,35 @@ void record_kernel_failure(c10::DeviceIndex device, const char* label, const std
 void inject_kernel_failure(const std::string& label);
 bool take_injected_failure(const char* label);
 
-// Whether this thread is running a kernel: a launched task on a stream worker
-// (queued), or a host thread inside launch_inline. Such a thread must not wait
-// for its stream (the stream waits for it).
-bool in_kernel();
-bool in_queued_kernel();
+// The kernel this thread is running, if any: a launched task on a stream
+// worker, or the body of a launch_inline on a host thread. Such a thread must
+// not wait for its stream (the stream waits for it). `epoch` is the device
+// allocator's free clock when the kernel took its place in the stream (see
+// free_clock): what the allocator may give back to the runtime meanwhile.
+struct KernelContext {
+  c10::DeviceIndex device;
+  mydevStream_t stream;
+  uint64_t epoch;
+};
+const KernelContext* current_kernel();
+inline bool in_kernel() {
+  return current_kernel() != nullptr;
+}
+// Marks this thread as running `kernel` for its lifetime. A kernel run from
+// inside another (an inline call from a queued task) keeps the outer context:
+// its place in the stream is the outer one's.
 class KernelScope {
  public:
-  explicit KernelScope(bool queued);
+  explicit KernelScope(const KernelContext& kernel);
   ~KernelScope();
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
 
  private:
-  int previous_;
+  bool entered_;
 };
+// The context of a kernel about to take its place on `device`'s current stream.
+KernelContext kernel_context(c10::DeviceIndex device);
 
 struct LaunchedTask {
   virtual ~LaunchedTask() = default;
@@ -64,10 +78,12 @@ bool has_finished_kernels();
 template <class F>
 void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
   struct Task final : LaunchedTask {
-    Task(F&& b, c10::DeviceIndex d, const char* l) : body(std::forward<F>(b)), device(d), label(l) {}
+    Task(F&& b, c10::DeviceIndex d, const char* l)
+        : body(std::forward<F>(b)), device(d), label(l), context(kernel_context(d)) {}
     std::decay_t<F> body;
     c10::DeviceIndex device;
     const char* label;
+    KernelContext context;
   };
   reap_finished_kernels();
   auto* task = new Task(std::forward<F>(body), device, label);
@@ -75,7 +91,7 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
     auto* t = static_cast<Task*>(data);
     int status = 0;
     try {
-      KernelScope in_kernel(/*queued=*/true);
+      KernelScope in_kernel(t->context);
       if (take_injected_failure(t->label)) {
         throw std::runtime_error("injected failure (my_device._C._test_inject_kernel_failure)");
       }
@@ -111,11 +127,12 @@ void launch_inline(c10::DeviceIndex device, F&& body) {
   struct Closure {
     F* body;
     std::exception_ptr error;
-  } closure{&body, nullptr};
+    KernelContext context;
+  } closure{&body, nullptr, kernel_context(device)};
   auto trampoline = [](void* data) -> int {
     auto* c = static_cast<Closure*>(data);
     try {
-      KernelScope in_kernel(/*queued=*/false);
+      KernelScope in_kernel(c->context);
       (*c->body)();
       return 0;
     } catch (...) {

@@ -182,24 +182,24 @@ c10::DeviceIndex launch_device(const Args&... args) {
 template <class Base, class OnHost, class... Args>
 at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
   struct Job : Pooled<Job> {
-    Job(KernelArgs& held, const Args&... a) : args(held_arg(held, !kIterator<Base>, a)...) {}
+    Job(c10::DeviceIndex device, const Args&... a) : held(device), args(held_arg(held, !kIterator<Base>, a)...) {}
+    KernelArgs held;
     std::tuple<Args...> args;
     Functional<Base> op;
   };
-  KernelArgs held(launch_device(args...));
-  auto job = std::make_unique<Job>(held, args...);
+  auto job = std::make_unique<Job>(launch_device(args...), args...);
   std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
   const c10::DeviceIndex device = job->op.output.device().index();
   if constexpr (kIterator<Base>) {
     if (!uniform_dtype(job->op)) return on_host_now(device, on_host, args...);
   }
-  TORCH_INTERNAL_ASSERT(device == held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
-                        held.device());
+  TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
+                        job->held.device());
   // The caller gets its own TensorImpl (kernel_handle): outputs are the tensors
   // most often dropped while their kernel is still queued. The job's is then
   // pointed at a lease, so that dropping it gives the block back at once.
   at::Tensor out = kernel_handle(job->op.output);
-  held.lease_in_place(job->op.output);
+  job->held.lease_in_place(job->op.output);
   launch_async(device, label, [job = std::move(job)] {
     if constexpr (kIterator<Base>) {
       std::apply([&](const auto&... a) { job->op.impl(a..., job->op.output); }, job->args);
@@ -218,14 +218,14 @@ at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
 template <class Base, class OnHost, class... Args>
 at::Tensor& in_place(const char* label, OnHost on_host, at::Tensor& self, const Args&... args) {
   struct Job : Pooled<Job> {
-    Job(KernelArgs& held, const at::Tensor& s, const Args&... a)
-        : self(held.share(s)), args(held_arg(held, false, a)...), op(s) {}
+    Job(c10::DeviceIndex device, const at::Tensor& s, const Args&... a)
+        : held(device), self(held.share(s)), args(held_arg(held, false, a)...), op(s) {}
+    KernelArgs held;
     at::Tensor self;
     std::tuple<Args...> args;
     InPlace<Base> op;
   };
-  KernelArgs held(launch_device(self, args...));
-  auto job = std::make_unique<Job>(held, self, args...);
+  auto job = std::make_unique<Job>(launch_device(self, args...), self, args...);
   job->op.rebind(job->self);
   std::apply([&](const auto&... a) { job->op.meta(job->self, a...); }, job->args);
   const c10::DeviceIndex device = self.device().index();
