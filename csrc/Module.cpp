@@ -5,7 +5,9 @@
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "core/Allocator.h"
 #include "core/Device.h"
@@ -96,6 +98,10 @@ double bench_cached_allocation(int64_t iterations, int64_t nbytes) {
   return std::chrono::duration<double, std::nano>(end - start).count() / static_cast<double>(iterations);
 }
 
+// _test_launch_hold's kernel: queued, running, or told to finish.
+enum HoldState { kHoldQueued, kHoldRunning, kHoldReleased };
+std::atomic<int> g_hold{kHoldReleased};
+
 } // namespace
 } // namespace my_device
 
@@ -167,6 +173,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     MYDEV_CHECK(mydevTestSetStreamDelay(stream_handle(stream), microseconds));
   });
   m.def("_test_inject_kernel_failure", &inject_kernel_failure);
+  // A kernel that keeps running, on the device's current stream, until released:
+  // returns once it has started, so tests can act while a kernel provably runs.
+  m.def("_test_launch_hold", [](int device) {
+    py::gil_scoped_release no_gil;
+    g_hold.store(kHoldQueued);
+    launch_async(static_cast<c10::DeviceIndex>(device), "test hold", [] {
+      g_hold.store(kHoldRunning);
+      while (g_hold.load() != kHoldReleased) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    });
+    while (g_hold.load() == kHoldQueued) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  });
+  m.def("_test_release_hold", [] { g_hold.store(kHoldReleased); });
   m.def("impl_type_name", [](const at::Tensor& t) {
     return c10::demangle(typeid(*t.unsafeGetTensorImpl()).name());
   }, "The C++ class of a tensor's TensorImpl, e.g. 'my_device::MyDevTensorImpl'.");

@@ -262,6 +262,30 @@ def test_strict_mode_catches_host_read(python_subprocess):
     assert "host read went unnoticed" in lax.stdout, lax.stderr
 
 
+def test_strict_mode_catches_host_read_while_a_kernel_runs(python_subprocess):
+    # Kernels reach device memory at its kernel address, so the device address
+    # stays inaccessible to host code even while a kernel is running.
+    code = """
+        import ctypes, torch, my_device
+        x = torch.arange(4.0, device="mydev") * 2
+        s = torch.mydev.Stream()
+        with torch.mydev.stream(s):
+            my_device._C._test_launch_hold(0)             # a kernel now runs on s until released
+        y = x + 1                                         # other kernels still work meanwhile
+        assert y.cpu().tolist() == [1.0, 3.0, 5.0, 7.0]
+        print("kernels ok", flush=True)
+        ctypes.string_at(x.data_ptr(), 4)
+        print("host read went unnoticed", flush=True)
+        my_device._C._test_release_hold()
+    """
+    strict = python_subprocess(code, env={"MYDEV_STRICT": "1"})
+    assert "kernels ok" in strict.stdout, strict.stderr
+    assert "host read went unnoticed" not in strict.stdout
+    assert strict.returncode != 0 and "mydev strict mode" in strict.stderr, strict.stderr
+    lax = python_subprocess(code, env={"MYDEV_STRICT": "0"})
+    assert "host read went unnoticed" in lax.stdout, lax.stderr
+
+
 def test_use_after_fork_raises(python_subprocess):
     r = python_subprocess("""
         import os, torch, my_device

@@ -464,6 +464,10 @@ void free_block(void* ptr) {
   cache_for(block->device).free(block);
 }
 
+void free_kernel_block(void* kernel_ptr) {
+  free_block(mydevDeviceAddress(kernel_ptr));
+}
+
 class CachingAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
@@ -539,6 +543,24 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
     g_live.emplace(block->ptr, block);
   }
   return {block->ptr, block->ptr, &free_block, where};
+}
+
+c10::DataPtr allocate_for_kernel(c10::DeviceIndex device, size_t nbytes) {
+  c10::DataPtr data = allocate_on(device, nbytes);
+  void* ptr = data.release_context();  // owned by the DataPtr returned below
+  if (ptr == nullptr) return {nullptr, c10::Device(c10::DeviceType::CPU)};
+  void* at_kernel = mydevKernelAddress(ptr);
+  return {at_kernel, at_kernel, &free_kernel_block, c10::Device(c10::DeviceType::CPU)};
+}
+
+bool is_kernel_data_ptr(const c10::DataPtr& data_ptr) {
+  return data_ptr.get_deleter() == &free_kernel_block;
+}
+
+c10::DataPtr to_device_data_ptr(c10::DataPtr&& kernel_data, c10::DeviceIndex device) {
+  TORCH_INTERNAL_ASSERT(is_kernel_data_ptr(kernel_data));
+  void* ptr = mydevDeviceAddress(kernel_data.release_context());
+  return {ptr, ptr, &free_block, c10::Device(kMyDev, device)};
 }
 
 c10::DeviceAllocator* device_allocator() {

@@ -13,7 +13,8 @@ using c10::CachingDeviceAllocator::DeviceStats;
 c10::DeviceAllocator* device_allocator();
 // True if `data_ptr` came from the device allocator (whatever its Device says).
 bool is_device_data_ptr(const c10::DataPtr& data_ptr);
-// For raw (pointer-only) frees: whether `ptr` is a live device allocation, and freeing it.
+// For raw (pointer-only) frees: whether `ptr` is a live device allocation (at
+// its device address), and freeing it.
 bool is_device_pointer(void* ptr);
 void free_device_pointer(void* ptr);
 // Whether `data_ptr` is a live block of `device` allocated for `stream` (a
@@ -25,6 +26,13 @@ bool allocated_for_stream(const c10::DataPtr& data_ptr, c10::DeviceIndex device,
 // knows that blocks of its stream free since a tick <= e are leased by no
 // kernel still to run (kernels launched later cannot lease a free block).
 uint64_t free_clock(c10::DeviceIndex device);
+// Device memory for CPU code running inside a kernel on `device` (the
+// redirecting CPU allocator, HostKernel.cpp): a CPU-tagged DataPtr at the
+// block's kernel address (see kernel_address) that frees the block when dropped.
+c10::DataPtr allocate_for_kernel(c10::DeviceIndex device, size_t nbytes);
+bool is_kernel_data_ptr(const c10::DataPtr& data_ptr);
+// Such a DataPtr as the device's own: device address, mydev device.
+c10::DataPtr to_device_data_ptr(c10::DataPtr&& kernel_data, c10::DeviceIndex device);
 // Allocates on an explicit device (for its current stream) rather than the current device.
 c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes);
 

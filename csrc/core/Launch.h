@@ -61,6 +61,15 @@ class KernelScope {
 // The context of a kernel about to take its place on `device`'s current stream.
 KernelContext kernel_context(c10::DeviceIndex device);
 
+// Inside a kernel, device memory is reached at its kernel address: in strict
+// mode a device address is inaccessible to all host code, kernels included,
+// so that a host read faults whatever kernels are running (mydev_runtime.h);
+// outside strict mode the two are the same.
+template <class T>
+T* kernel_address(T* ptr) {
+  return static_cast<T*>(mydevKernelAddress(ptr));
+}
+
 struct LaunchedTask {
   virtual ~LaunchedTask() = default;
   LaunchedTask* next_retired = nullptr;

@@ -31,8 +31,9 @@ thread_local c10::DeviceIndex tls_output_device = -1;
 c10::DeleterFnPtr g_cpu_raw_deleter = nullptr;
 
 void raw_free(void* ptr) {
-  if (ptr != nullptr && is_device_pointer(ptr)) {
-    free_device_pointer(ptr);
+  void* device_ptr = mydevDeviceAddress(ptr);  // raw_allocate handed out the kernel address
+  if (ptr != nullptr && is_device_pointer(device_ptr)) {
+    free_device_pointer(device_ptr);
   } else {
     g_cpu_raw_deleter(ptr);
   }
@@ -48,9 +49,7 @@ class RedirectingCpuAllocator final : public c10::Allocator {
     if (tls_output_device < 0) {
       return cpu_->allocate(nbytes);
     }
-    c10::DataPtr data = allocate_on(tls_output_device, nbytes);
-    data.unsafe_set_device(c10::Device(kCPU));
-    return data;
+    return allocate_for_kernel(tls_output_device, nbytes);
   }
 
   // raw_allocate (oneDNN scratch) may have handed out either kind of memory.
@@ -125,7 +124,7 @@ at::Tensor HostCall::to_host(const at::Tensor& t) {
     storages_.push_back({device_storage,
                          c10::Storage(c10::make_intrusive<c10::StorageImpl>(
                              c10::StorageImpl::use_byte_size_t(), device_storage->nbytes(),
-                             c10::DataPtr(device_storage->mutable_data(), c10::Device(kCPU)),
+                             c10::DataPtr(kernel_address(device_storage->mutable_data()), c10::Device(kCPU)),
                              redirecting_allocator(), /*resizable=*/true))});
     host_storage = &storages_.back().host;
   }
@@ -147,16 +146,16 @@ std::optional<at::Tensor> HostCall::to_host(const std::optional<at::Tensor>& t) 
 void HostCall::write_back() {
   for (auto& pair : storages_) {
     c10::StorageImpl* host = pair.host.unsafeGetStorageImpl();
-    if (host->data() == pair.device->data() && host->nbytes() == pair.device->nbytes()) continue;
+    if (host->data() == kernel_address(pair.device->data()) && host->nbytes() == pair.device->nbytes()) continue;
     // The CPU kernel resized this storage; its new bytes are device memory.
     c10::DataPtr data = host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(kCPU)));
-    TORCH_INTERNAL_ASSERT(data.get() == nullptr || is_device_data_ptr(data),
+    TORCH_INTERNAL_ASSERT(data.get() == nullptr || is_kernel_data_ptr(data),
                           "host kernel resized a device storage into host memory");
-    data.unsafe_set_device(c10::Device(kMyDev, device_));
     const size_t nbytes = host->nbytes();
-    pair.device->set_data_ptr_noswap(std::move(data));
+    pair.device->set_data_ptr_noswap(data.get() == nullptr ? c10::DataPtr(nullptr, c10::Device(kMyDev, device_))
+                                                           : to_device_data_ptr(std::move(data), device_));
     pair.device->set_nbytes(nbytes);
-    host->set_data_ptr_noswap(c10::DataPtr(pair.device->mutable_data(), c10::Device(kCPU)));
+    host->set_data_ptr_noswap(c10::DataPtr(kernel_address(pair.device->mutable_data()), c10::Device(kCPU)));
   }
   for (auto& pair : tensors_) {
     c10::TensorImpl* host = pair.host.unsafeGetTensorImpl();
@@ -179,9 +178,9 @@ void HostCall::write_back() {
 void HostCall::copy_back_reallocated() {
   for (auto& pair : storages_) {
     const c10::StorageImpl* host = pair.host.unsafeGetStorageImpl();
-    if (host->data() == pair.device->data()) continue;
+    if (host->data() == kernel_address(pair.device->data())) continue;
     const size_t nbytes = std::min(host->nbytes(), pair.device->nbytes());
-    if (nbytes > 0) std::memcpy(pair.device->mutable_data(), host->data(), nbytes);
+    if (nbytes > 0) std::memcpy(kernel_address(pair.device->mutable_data()), host->data(), nbytes);
   }
 }
 
@@ -216,14 +215,13 @@ at::Tensor HostCall::to_device(const at::Tensor& r) {
     if (a.host == host_storage) return device_view(a.device);
   }
   c10::Storage storage;
-  if (is_device_data_ptr(host_storage->data_ptr())) {
+  if (is_kernel_data_ptr(host_storage->data_ptr())) {
     c10::DataPtr data = host_storage->set_data_ptr(c10::DataPtr(nullptr, c10::Device(kCPU)));
-    data.unsafe_set_device(c10::Device(kMyDev, device_));
     storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-        c10::StorageImpl::use_byte_size_t(), host_storage->nbytes(), std::move(data), device_allocator(),
-        /*resizable=*/true));
+        c10::StorageImpl::use_byte_size_t(), host_storage->nbytes(), to_device_data_ptr(std::move(data), device_),
+        device_allocator(), /*resizable=*/true));
     // Leave the CPU tensor valid for anyone else still holding it.
-    host_storage->set_data_ptr_noswap(c10::DataPtr(storage.mutable_data(), c10::Device(kCPU)));
+    host_storage->set_data_ptr_noswap(c10::DataPtr(kernel_address(storage.mutable_data()), c10::Device(kCPU)));
   } else {
     // Genuine host memory: the kernel returned a tensor allocated elsewhere
     // (another thread, or a cached constant). Only here are bytes copied.

@@ -151,6 +151,12 @@ inline void check_same_device(const char* op,
 // borrows its operands, so the job owns copies of them, and the job lives
 // until the kernel has run. `on_host` computes the same op with PyTorch's CPU
 // operator on host views, for the mixed-dtype case.
+// A TensorIterator records its operands' data pointers, at their device
+// addresses, when it is built; the kernel reaches them at their kernel addresses.
+inline void use_kernel_addresses(at::TensorIteratorBase& iter) {
+  for (int i = 0; i < iter.ntensors(); ++i) iter.unsafe_replace_operand(i, kernel_address(iter.data_ptr(i)));
+}
+
 // What a queued kernel keeps of an argument (KernelArgs.h). Outside
 // TensorIterator, a tensor under a TensorImpl of its own, so that a caller
 // restriding it after the launch (t_, resize_) does not change what the kernel
@@ -202,6 +208,7 @@ at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
   job->held.lease_in_place(job->op.output);
   launch_async(device, label, [job = std::move(job)] {
     if constexpr (kIterator<Base>) {
+      use_kernel_addresses(job->op);
       std::apply([&](const auto&... a) { job->op.impl(a..., job->op.output); }, job->args);
     } else {
       // Kernels outside TensorIterator call other ops (addmm copies self into
@@ -217,6 +224,9 @@ at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
 
 template <class Base, class OnHost, class... Args>
 at::Tensor& in_place(const char* label, OnHost on_host, at::Tensor& self, const Args&... args) {
+  // impl() runs on the device tensors themselves: only a TensorIterator
+  // (use_kernel_addresses) knows to reach them at their kernel addresses.
+  static_assert(kIterator<Base>, "in_place: TensorIterator ops only; others go through a HostCall");
   struct Job : Pooled<Job> {
     Job(c10::DeviceIndex device, const at::Tensor& s, const Args&... a)
         : held(device), self(held.share(s)), args(held_arg(held, false, a)...), op(s) {}
@@ -239,6 +249,7 @@ at::Tensor& in_place(const char* label, OnHost on_host, at::Tensor& self, const 
     }
   }
   launch_async(device, label, [job = std::move(job)] {
+    if constexpr (kIterator<Base>) use_kernel_addresses(job->op);
     std::apply([&](const auto&... a) { job->op.impl(job->self, a..., job->self); }, job->args);
   });
   return self;

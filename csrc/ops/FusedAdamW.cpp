@@ -144,10 +144,11 @@ void adamw_loop<float>(float* param, float* exp_avg, float* exp_avg_sq, const fl
 void adamw_update(const at::Tensor& param, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq,
                   const at::Tensor& grad, const AdamWStep& h) {
   AT_DISPATCH_FLOATING_TYPES(param.scalar_type(), "fused_adamw_", [&] {
-    scalar_t* p = param.mutable_data_ptr<scalar_t>();
-    scalar_t* m = exp_avg.mutable_data_ptr<scalar_t>();
-    scalar_t* v = exp_avg_sq.mutable_data_ptr<scalar_t>();
-    const scalar_t* g = grad.const_data_ptr<scalar_t>();
+    // (kernel_address: identity for CPU tensors, which this also runs on)
+    scalar_t* p = kernel_address(param.mutable_data_ptr<scalar_t>());
+    scalar_t* m = kernel_address(exp_avg.mutable_data_ptr<scalar_t>());
+    scalar_t* v = kernel_address(exp_avg_sq.mutable_data_ptr<scalar_t>());
+    const scalar_t* g = kernel_address(grad.const_data_ptr<scalar_t>());
     at::parallel_for(0, param.numel(), kGrainSize,
                      [&](int64_t begin, int64_t end) { adamw_loop<scalar_t>(p, m, v, g, begin, end, h); });
   });
