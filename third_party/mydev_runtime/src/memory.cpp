@@ -1,17 +1,34 @@
 // Device and pinned host memory: the allocation registry, per-device capacity
-// accounting, and strict-mode page protection (access windows).
+// accounting, and strict mode's two addresses for device memory.
 //
-// Every allocation is its own anonymous mmap. That keeps device memory apart
-// from the host heap (so a stray host pointer never aliases it), makes each
-// allocation protectable on its own, and commits nothing up front: the limit
-// is a number we account against, not memory we reserve.
+// Every allocation is its own mmap. That keeps device memory apart from the
+// host heap (so a stray host pointer never aliases it) and commits nothing up
+// front: the limit is a number we account against, not memory we reserve.
+//
+// Outside strict mode (and for pinned memory always) an allocation is one
+// private anonymous mapping, and its kernel address is its device address.
+//
+// In strict mode (MYDEV_STRICT=1) a device allocation is a memfd mapped twice,
+// MAP_SHARED: the device view, whose address mydevMalloc returns and every
+// runtime call takes, is PROT_NONE for the allocation's whole life, so any
+// dereference of a device address faults (strict_fault.cpp reports it); the
+// kernel view is PROT_READ|PROT_WRITE and reaches the same bytes for launched
+// functions (through mydevKernelAddress) and for the runtime's own copies and
+// memsets (translated when they are validated). Nothing is ever mprotected,
+// so protection no longer depends on what other threads are running: page
+// protection is per process, and without protection keys two views are the
+// only way to let kernels in while keeping the host out. Both views are
+// MADV_DONTFORK: a forked child (poisoned anyway) inherits neither, so it can
+// neither see nor change the parent's live memory through the shared mapping.
+// The memfd is closed right after mapping; the mappings keep its pages alive,
+// and unmapping both in mydevFree returns them. memfd pages are committed
+// (and charged) only when touched, like MAP_NORESERVE anonymous memory.
 #include "internal.h"
 
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <map>
 #include <vector>
 
@@ -20,16 +37,28 @@ namespace {
 
 struct Allocation {
   size_t size;    // as requested; bounds what copies may touch
-  size_t mapped;  // page-rounded; what is accounted and protected
+  size_t mapped;  // page-rounded; what is accounted and mapped (per view)
   int device;     // -1 for pinned host memory
+  // Base of the kernel view: the key itself outside strict mode and for
+  // pinned memory, the second mapping of a strict-mode device allocation.
+  uintptr_t kernel;
   bool is_device() const { return device >= 0; }
+};
+
+// A strict-mode kernel view, for translating kernel addresses back.
+struct KernelView {
+  uintptr_t device_base;
+  size_t size;
+  size_t mapped;
 };
 
 struct Registry {
   std::mutex mu;
-  std::map<uintptr_t, Allocation> allocations;  // keyed by base address
+  std::map<uintptr_t, Allocation> allocations;  // keyed by (device) base address
+  // Strict mode only: the kernel views of device allocations, keyed by kernel
+  // base. Not allocations: a kernel address is host memory to the registry.
+  std::map<uintptr_t, KernelView> kernel_views;
   std::vector<size_t> in_use;                   // page-rounded bytes per device
-  int window_depth = 0;                         // open strict access windows, process-wide
 };
 
 // Leaked on purpose: allocators above us free memory from static destructors
@@ -66,11 +95,12 @@ const std::pair<const uintptr_t, Allocation>* findContaining(Registry& r, uintpt
   return nullptr;
 }
 
-bool rangeInsideDeviceAllocation(Registry& r, uintptr_t p, size_t n, int* device_out) {
+bool rangeInsideDeviceAllocation(Registry& r, uintptr_t p, size_t n, int* device_out, void** kernel_out) {
   const auto* a = findContaining(r, p, /*use_mapped=*/false);
   if (!a || !a->second.is_device()) return false;
   if (n > a->second.size - (p - a->first)) return false;
   if (device_out) *device_out = a->second.device;
+  if (kernel_out) *kernel_out = reinterpret_cast<void*>(a->second.kernel + (p - a->first));
   return true;
 }
 
@@ -89,17 +119,16 @@ bool rangeTouchesDeviceMemory(Registry& r, uintptr_t p, size_t n) {
   return false;
 }
 
-void protectAllDeviceMemory(Registry& r, int prot) {
-  for (const auto& [base, a] : r.allocations) {
-    if (!a.is_device()) continue;
-    if (mprotect(reinterpret_cast<void*>(base), a.mapped, prot) != 0) {
-      static bool warned = false;  // under r.mu
-      if (!warned) {
-        warned = true;
-        std::perror("mydev strict mode: mprotect failed; device memory protection is unreliable");
-      }
-    }
-  }
+// For address translation: the entry of `m` (keyed by base) whose
+// [base, base + size] holds p, the end included; an entry starting at p wins
+// over one ending there. Caller holds the registry lock.
+template <class Map, class SizeOf>
+const typename Map::value_type* findForTranslation(const Map& m, uintptr_t p, SizeOf size_of) {
+  auto it = m.upper_bound(p);
+  if (it == m.begin()) return nullptr;
+  --it;
+  if (p - it->first <= size_of(it->second)) return &*it;
+  return nullptr;
 }
 
 }  // namespace
@@ -112,31 +141,19 @@ mydevError_t validateRanges(std::initializer_list<RangeCheck> ranges) {
   for (const RangeCheck& c : ranges) {
     uintptr_t p = reinterpret_cast<uintptr_t>(c.ptr);
     if (c.device) {
-      if (!rangeInsideDeviceAllocation(r, p, c.bytes, c.device_out)) return mydevErrorInvalidDevicePointer;
+      if (!rangeInsideDeviceAllocation(r, p, c.bytes, c.device_out, c.kernel_out)) {
+        return mydevErrorInvalidDevicePointer;
+      }
     } else {
+      // Kernel views are not in `allocations`, so a host range in one (a
+      // launched function passing its kernel address as the host side) is
+      // accepted as the host memory it is.
       // A null or wrapping host range would fault in the copy itself.
       if (!c.ptr || p + c.bytes < p) return mydevErrorInvalidValue;
       if (rangeTouchesDeviceMemory(r, p, c.bytes)) return mydevErrorInvalidHostPointer;
     }
   }
   return mydevSuccess;
-}
-
-// Windows are process-wide rather than per thread because page protection is:
-// while any runtime copy or launched function runs, all device memory is open.
-// That loosens checking for other threads meanwhile, but never breaks a kernel.
-AccessWindow::AccessWindow() {
-  if (!config().strict) return;
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  if (r.window_depth++ == 0) protectAllDeviceMemory(r, PROT_READ | PROT_WRITE);
-}
-
-AccessWindow::~AccessWindow() {
-  if (!config().strict) return;
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  if (--r.window_depth == 0) protectAllDeviceMemory(r, PROT_NONE);
 }
 
 bool findDeviceAllocationForSignal(uintptr_t addr, FaultAllocation* out) {
@@ -165,6 +182,31 @@ using namespace mydev_detail;
 
 namespace {
 
+// Strict mode's two views of one device allocation (see the top of the file).
+// Caller holds the registry lock (nothing else may see a half-made pair).
+bool mapStrictViews(size_t mapped, void** device_view, void** kernel_view) {
+  int fd = memfd_create("mydev", MFD_CLOEXEC);
+  if (fd < 0) return false;
+  void* dev = MAP_FAILED;
+  void* ker = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(mapped)) == 0) {
+    // MAP_NORESERVE as for anonymous device memory (a memfd is charged per
+    // touched page anyway); capacity is enforced by our accounting.
+    dev = mmap(nullptr, mapped, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    ker = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  }
+  close(fd);  // the mappings keep the memory
+  if (dev == MAP_FAILED || ker == MAP_FAILED ||
+      madvise(dev, mapped, MADV_DONTFORK) != 0 || madvise(ker, mapped, MADV_DONTFORK) != 0) {
+    if (dev != MAP_FAILED) munmap(dev, mapped);
+    if (ker != MAP_FAILED) munmap(ker, mapped);
+    return false;
+  }
+  *device_view = dev;
+  *kernel_view = ker;
+  return true;
+}
+
 // Shared by device and pinned allocation; `device` is -1 for pinned memory.
 mydevError_t allocate(void** ptr, size_t size, int device) {
   if (!ptr) return mydevErrorInvalidValue;
@@ -175,21 +217,27 @@ mydevError_t allocate(void** ptr, size_t size, int device) {
 
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  int prot = PROT_READ | PROT_WRITE;
-  int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+  void* p = nullptr;
+  void* kernel = nullptr;
   if (device >= 0) {
     size_t used = r.in_use[static_cast<size_t>(device)];
     if (mapped > config().memory_limit - used) return mydevErrorMemoryAllocation;
-    // Outside a window strict mode wants the pages sealed from birth; inside
-    // one they join the open set and get sealed when it closes.
-    if (config().strict && r.window_depth == 0) prot = PROT_NONE;
+  }
+  if (device >= 0 && config().strict) {
+    if (!mapStrictViews(mapped, &p, &kernel)) return mydevErrorMemoryAllocation;
+    r.kernel_views.emplace(reinterpret_cast<uintptr_t>(kernel),
+                           KernelView{reinterpret_cast<uintptr_t>(p), size, mapped});
+  } else {
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS;
     // Capacity is enforced by our accounting; don't let the kernel's
     // overcommit heuristics refuse a large, mostly untouched device buffer.
-    flags |= MAP_NORESERVE;
+    if (device >= 0) flags |= MAP_NORESERVE;
+    p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (p == MAP_FAILED) return mydevErrorMemoryAllocation;
+    kernel = p;
   }
-  void* p = mmap(nullptr, mapped, prot, flags, -1, 0);
-  if (p == MAP_FAILED) return mydevErrorMemoryAllocation;
-  r.allocations.emplace(reinterpret_cast<uintptr_t>(p), Allocation{size, mapped, device});
+  r.allocations.emplace(reinterpret_cast<uintptr_t>(p),
+                        Allocation{size, mapped, device, reinterpret_cast<uintptr_t>(kernel)});
   if (device >= 0) r.in_use[static_cast<size_t>(device)] += mapped;
   *ptr = p;
   return mydevSuccess;
@@ -205,6 +253,10 @@ mydevError_t release(void* ptr, bool device, mydevError_t not_found) {
   // never attributes an address to an allocation that is already gone.
   r.allocations.erase(it);
   munmap(ptr, a.mapped);
+  if (a.kernel != reinterpret_cast<uintptr_t>(ptr)) {  // strict mode's second view
+    r.kernel_views.erase(a.kernel);
+    munmap(reinterpret_cast<void*>(a.kernel), a.mapped);
+  }
   if (device) r.in_use[static_cast<size_t>(a.device)] -= a.mapped;
   return mydevSuccess;
 }
@@ -253,6 +305,48 @@ mydevError_t mydevPointerGetAttributes(mydevPointerAttributes* attr, const void*
     attr->size = a->second.size;
   }
   return mydevSuccess;
+}
+
+// Both translations cost one branch outside strict mode. In strict mode they
+// take the registry lock for a map lookup; they never initialise the runtime
+// (before initialisation there is nothing to translate) and, in a poisoned
+// fork child, return their argument (the child has neither view).
+void* mydevKernelAddress(const void* ptr) {
+  void* p = const_cast<void*>(ptr);
+  if (!config().strict) return p;
+  if (!p || !mydevIsInitialized() || inPoisonedChild()) return p;
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const auto* a = findForTranslation(r.allocations, u, [](const Allocation& x) { return x.size; });
+  if (!a || !a->second.is_device()) return p;
+  uintptr_t offset = u - a->first;
+  // One past the end of an allocation without a rounding tail may be the
+  // start of a kernel view: then it already is a kernel address (this keeps
+  // the translation idempotent).
+  if (offset == a->second.size && a->second.size == a->second.mapped) {
+    const auto* v = findForTranslation(r.kernel_views, u, [](const KernelView& x) { return x.mapped - 1; });
+    if (v) return p;
+  }
+  return reinterpret_cast<void*>(a->second.kernel + offset);
+}
+
+void* mydevDeviceAddress(const void* ptr) {
+  void* p = const_cast<void*>(ptr);
+  if (!config().strict) return p;
+  if (!p || !mydevIsInitialized() || inPoisonedChild()) return p;
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const auto* v = findForTranslation(r.kernel_views, u, [](const KernelView& x) { return x.size; });
+  if (!v) return p;
+  uintptr_t offset = u - v->first;
+  // Likewise, one past a kernel view's end may be a device or pinned address.
+  if (offset == v->second.size && v->second.size == v->second.mapped &&
+      findContaining(r, u, /*use_mapped=*/true)) {
+    return p;
+  }
+  return reinterpret_cast<void*>(v->second.device_base + offset);
 }
 
 mydevError_t mydevHostAlloc(void** ptr, size_t size) {
