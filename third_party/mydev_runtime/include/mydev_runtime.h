@@ -270,12 +270,19 @@ MYDEV_API mydevError_t mydevStreamWaitEvent(mydevStream_t stream, mydevEvent_t e
  * copies and memsets use it internally. Outside strict mode the two are equal
  * and translating costs one branch.
  *
- * Kernel addresses are host memory to the rest of the API: they are valid as
- * the host side of a copy (a kernel may copy from device memory into, or out
- * of, its own kernel view), rejected as the device side
- * (mydevErrorInvalidDevicePointer: pass device addresses there), reported by
- * mydevPointerGetAttributes as mydevMemoryTypeUnregistered, and not accepted
- * by mydevFree. They stay valid exactly as long as the allocation.
+ * Kernel addresses are host memory to the rest of the API: reported by
+ * mydevPointerGetAttributes as mydevMemoryTypeUnregistered, not accepted by
+ * mydevFree, rejected as the device side of a copy or memset
+ * (mydevErrorInvalidDevicePointer: runtime calls take device addresses), and
+ * accepted as the host side (a kernel may copy device memory into its own
+ * kernel view). The last is strict mode only: elsewhere a kernel address is
+ * the device address, and the copy fails with mydevErrorInvalidHostPointer,
+ * so portable code copies between device ranges with device addresses and
+ * mydevMemcpyDeviceToDevice. A kernel address is valid exactly as long as its
+ * allocation; after mydevFree it is unmapped (a stray access is a plain
+ * SIGSEGV, not a strict-mode report) and the range may be reused. Host code
+ * could read device memory through a kernel address too: by convention only
+ * launched and inline functions translate.
  *
  * A child forked after allocating (already unable to use the runtime) inherits
  * neither mapping in strict mode: touching either address there faults, and
@@ -285,9 +292,11 @@ MYDEV_API int mydevStrictMode(void); /* nonzero when MYDEV_STRICT=1 */
  * anywhere inside a live device allocation or one past its requested size;
  * anything else (NULL, host or pinned memory, freed memory, the page-rounding
  * tail) is returned unchanged, and so is every pointer outside strict mode.
- * Where one mapping ends exactly where another begins, the pointer names the
- * one that begins there, so a kernel address is returned unchanged (the call
- * is idempotent). Thread safe (a lock and a map lookup in strict mode); never
+ * One past the end always translates to one past the end of the kernel view
+ * (no other mapping starts there), so begin and end pointers may be translated
+ * separately. A kernel address is never also a device address, so a kernel
+ * address is returned unchanged (the call is idempotent). Thread safe (a lock
+ * and a map lookup in strict mode); never
  * initialises the runtime; returns ptr unchanged in a child forked after
  * initialisation. */
 MYDEV_API void* mydevKernelAddress(const void* ptr);

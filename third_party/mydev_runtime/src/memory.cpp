@@ -23,6 +23,11 @@
 // The memfd is closed right after mapping; the mappings keep its pages alive,
 // and unmapping both in mydevFree returns them. memfd pages are committed
 // (and charged) only when touched, like MAP_NORESERVE anonymous memory.
+// Each view extends at least one byte past the requested size (a whole-page
+// allocation gets one more page of address space, never accounted or
+// touched), so the address one past an allocation's end always belongs to
+// that view and never starts another mapping: translating end pointers is
+// unambiguous, and a device address is never also a kernel address.
 #include "internal.h"
 
 #include <sys/mman.h>
@@ -37,7 +42,10 @@ namespace {
 
 struct Allocation {
   size_t size;    // as requested; bounds what copies may touch
-  size_t mapped;  // page-rounded; what is accounted and mapped (per view)
+  size_t mapped;  // page-rounded; what is accounted against the device
+  // Bytes mapped (per view): `mapped`, or in strict mode `mapped` plus a page
+  // if that leaves no byte past `size` (see the top of the file).
+  size_t span;
   int device;     // -1 for pinned host memory
   // Base of the kernel view: the key itself outside strict mode and for
   // pinned memory, the second mapping of a strict-mode device allocation.
@@ -49,7 +57,6 @@ struct Allocation {
 struct KernelView {
   uintptr_t device_base;
   size_t size;
-  size_t mapped;
 };
 
 struct Registry {
@@ -85,12 +92,12 @@ bool roundUpToPage(size_t n, size_t* out) {
 }
 
 // The allocation whose [base, base + extent) contains p, where extent is the
-// requested or the mapped size. Caller holds the registry lock.
+// requested or the mapped size (its span). Caller holds the registry lock.
 const std::pair<const uintptr_t, Allocation>* findContaining(Registry& r, uintptr_t p, bool use_mapped) {
   auto it = r.allocations.upper_bound(p);
   if (it == r.allocations.begin()) return nullptr;
   --it;
-  size_t extent = use_mapped ? it->second.mapped : it->second.size;
+  size_t extent = use_mapped ? it->second.span : it->second.size;
   if (p - it->first < extent) return &*it;
   return nullptr;
 }
@@ -113,15 +120,16 @@ bool rangeTouchesDeviceMemory(Registry& r, uintptr_t p, size_t n) {
   auto it = r.allocations.lower_bound(end);
   while (it != r.allocations.begin()) {
     --it;
-    if (it->first + it->second.mapped <= p) break;
+    if (it->first + it->second.span <= p) break;
     if (it->second.is_device()) return true;
   }
   return false;
 }
 
 // For address translation: the entry of `m` (keyed by base) whose
-// [base, base + size] holds p, the end included; an entry starting at p wins
-// over one ending there. Caller holds the registry lock.
+// [base, base + size] holds p, the end included. Unambiguous in strict mode,
+// where every view's span reaches past base + size. Caller holds the
+// registry lock.
 template <class Map, class SizeOf>
 const typename Map::value_type* findForTranslation(const Map& m, uintptr_t p, SizeOf size_of) {
   auto it = m.upper_bound(p);
@@ -184,22 +192,22 @@ namespace {
 
 // Strict mode's two views of one device allocation (see the top of the file).
 // Caller holds the registry lock (nothing else may see a half-made pair).
-bool mapStrictViews(size_t mapped, void** device_view, void** kernel_view) {
+bool mapStrictViews(size_t span, void** device_view, void** kernel_view) {
   int fd = memfd_create("mydev", MFD_CLOEXEC);
   if (fd < 0) return false;
   void* dev = MAP_FAILED;
   void* ker = MAP_FAILED;
-  if (ftruncate(fd, static_cast<off_t>(mapped)) == 0) {
+  if (ftruncate(fd, static_cast<off_t>(span)) == 0) {
     // MAP_NORESERVE as for anonymous device memory (a memfd is charged per
     // touched page anyway); capacity is enforced by our accounting.
-    dev = mmap(nullptr, mapped, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-    ker = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    dev = mmap(nullptr, span, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    ker = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   }
   close(fd);  // the mappings keep the memory
   if (dev == MAP_FAILED || ker == MAP_FAILED ||
-      madvise(dev, mapped, MADV_DONTFORK) != 0 || madvise(ker, mapped, MADV_DONTFORK) != 0) {
-    if (dev != MAP_FAILED) munmap(dev, mapped);
-    if (ker != MAP_FAILED) munmap(ker, mapped);
+      madvise(dev, span, MADV_DONTFORK) != 0 || madvise(ker, span, MADV_DONTFORK) != 0) {
+    if (dev != MAP_FAILED) munmap(dev, span);
+    if (ker != MAP_FAILED) munmap(ker, span);
     return false;
   }
   *device_view = dev;
@@ -219,14 +227,16 @@ mydevError_t allocate(void** ptr, size_t size, int device) {
   std::lock_guard<std::mutex> lock(r.mu);
   void* p = nullptr;
   void* kernel = nullptr;
+  size_t span = mapped;
   if (device >= 0) {
     size_t used = r.in_use[static_cast<size_t>(device)];
     if (mapped > config().memory_limit - used) return mydevErrorMemoryAllocation;
   }
   if (device >= 0 && config().strict) {
-    if (!mapStrictViews(mapped, &p, &kernel)) return mydevErrorMemoryAllocation;
+    if (size == mapped) span += pageSize();  // no overflow: mapped <= the limit
+    if (!mapStrictViews(span, &p, &kernel)) return mydevErrorMemoryAllocation;
     r.kernel_views.emplace(reinterpret_cast<uintptr_t>(kernel),
-                           KernelView{reinterpret_cast<uintptr_t>(p), size, mapped});
+                           KernelView{reinterpret_cast<uintptr_t>(p), size});
   } else {
     int flags = MAP_PRIVATE | MAP_ANONYMOUS;
     // Capacity is enforced by our accounting; don't let the kernel's
@@ -237,7 +247,7 @@ mydevError_t allocate(void** ptr, size_t size, int device) {
     kernel = p;
   }
   r.allocations.emplace(reinterpret_cast<uintptr_t>(p),
-                        Allocation{size, mapped, device, reinterpret_cast<uintptr_t>(kernel)});
+                        Allocation{size, mapped, span, device, reinterpret_cast<uintptr_t>(kernel)});
   if (device >= 0) r.in_use[static_cast<size_t>(device)] += mapped;
   *ptr = p;
   return mydevSuccess;
@@ -252,10 +262,10 @@ mydevError_t release(void* ptr, bool device, mydevError_t not_found) {
   // Unregister before unmapping (both under the lock) so the fault handler
   // never attributes an address to an allocation that is already gone.
   r.allocations.erase(it);
-  munmap(ptr, a.mapped);
+  munmap(ptr, a.span);
   if (a.kernel != reinterpret_cast<uintptr_t>(ptr)) {  // strict mode's second view
     r.kernel_views.erase(a.kernel);
-    munmap(reinterpret_cast<void*>(a.kernel), a.mapped);
+    munmap(reinterpret_cast<void*>(a.kernel), a.span);
   }
   if (device) r.in_use[static_cast<size_t>(a.device)] -= a.mapped;
   return mydevSuccess;
@@ -320,15 +330,7 @@ void* mydevKernelAddress(const void* ptr) {
   std::lock_guard<std::mutex> lock(r.mu);
   const auto* a = findForTranslation(r.allocations, u, [](const Allocation& x) { return x.size; });
   if (!a || !a->second.is_device()) return p;
-  uintptr_t offset = u - a->first;
-  // One past the end of an allocation without a rounding tail may be the
-  // start of a kernel view: then it already is a kernel address (this keeps
-  // the translation idempotent).
-  if (offset == a->second.size && a->second.size == a->second.mapped) {
-    const auto* v = findForTranslation(r.kernel_views, u, [](const KernelView& x) { return x.mapped - 1; });
-    if (v) return p;
-  }
-  return reinterpret_cast<void*>(a->second.kernel + offset);
+  return reinterpret_cast<void*>(a->second.kernel + (u - a->first));
 }
 
 void* mydevDeviceAddress(const void* ptr) {
@@ -340,13 +342,7 @@ void* mydevDeviceAddress(const void* ptr) {
   std::lock_guard<std::mutex> lock(r.mu);
   const auto* v = findForTranslation(r.kernel_views, u, [](const KernelView& x) { return x.size; });
   if (!v) return p;
-  uintptr_t offset = u - v->first;
-  // Likewise, one past a kernel view's end may be a device or pinned address.
-  if (offset == v->second.size && v->second.size == v->second.mapped &&
-      findContaining(r, u, /*use_mapped=*/true)) {
-    return p;
-  }
-  return reinterpret_cast<void*>(v->second.device_base + offset);
+  return reinterpret_cast<void*>(v->second.device_base + (u - v->first));
 }
 
 mydevError_t mydevHostAlloc(void** ptr, size_t size) {

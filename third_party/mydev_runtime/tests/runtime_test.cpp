@@ -588,20 +588,40 @@ void testKernelAddresses() {
   CHECK(mydevKernelAddress(dc + n + 1) == dc + n + 1);
   CHECK(mydevDeviceAddress(k + n + 1) == k + n + 1);
 
-  // Whole-page allocations: one past the end can coincide with another
-  // mapping (mmap tends to place views side by side); translation then still
-  // leaves device and kernel addresses alone.
+  // Whole-page allocations (no rounding tail; mmap tends to place mappings
+  // side by side): one past the end still translates as the end, and device
+  // and kernel addresses are never confused.
   std::vector<void*> pages(6);
   for (auto& p : pages) CHECK_OK(mydevMalloc(&p, pageSize()));
+  CHECK(freeBytes(0) == limitBytes() - 6 * pageSize() - pageSize());  // d, 1000 bytes: one page
   for (void* p : pages) {
     auto* pc = static_cast<unsigned char*>(p);
     auto* pk = static_cast<unsigned char*>(mydevKernelAddress(p));
+    const size_t ps = pageSize();
+    CHECK(strict ? pk != pc : pk == pc);
     CHECK(mydevDeviceAddress(p) == p);
     CHECK(mydevKernelAddress(pk) == pk);
     CHECK(mydevDeviceAddress(pk) == p);
-    CHECK(mydevDeviceAddress(pk + pageSize() - 1) == pc + pageSize() - 1);
-    CHECK(mydevKernelAddress(pc + pageSize() - 1) == pk + pageSize() - 1);
-    CHECK(strict ? pk != pc : pk == pc);
+    CHECK(mydevKernelAddress(pc + ps - 1) == pk + ps - 1);
+    CHECK(mydevDeviceAddress(pk + ps - 1) == pc + ps - 1);
+    CHECK(mydevKernelAddress(pc + ps) == pk + ps);
+    CHECK(mydevDeviceAddress(pk + ps) == pc + ps);
+    CHECK(mydevKernelAddress(pk + ps) == pk + ps);
+    CHECK(mydevDeviceAddress(pc + ps) == pc + ps);
+    if (strict) CHECK(!hostReadable(pc + ps));  // the extra page is sealed device memory too
+    mydevPointerAttributes attr;
+    CHECK_OK(mydevPointerGetAttributes(&attr, pc + ps));
+    CHECK(attr.base != p);  // one past the end is not inside the allocation
+  }
+  // In strict mode no view starts where another ends (outside it, device
+  // allocations may well be adjacent, and it does not matter).
+  for (void* p : pages) {
+    for (void* q : pages) {
+      if (!strict || p == q) continue;
+      auto* pk = static_cast<unsigned char*>(mydevKernelAddress(p));
+      CHECK(mydevKernelAddress(q) != pk + pageSize());
+      CHECK(q != static_cast<unsigned char*>(p) + pageSize());
+    }
   }
 
   if (strict) {
