@@ -2259,6 +2259,9 @@ void testQueueDepthCrossFeedDoesNotDeadlock() {
   latch_b.released.store(true);
   syncWithin(a, 10, "two streams' tasks feeding each other's full queues (a)");
   syncWithin(b, 10, "two streams' tasks feeding each other's full queues (b)");
+  // feed_b may have enqueued its task onto a only after a's synchronisation
+  // above took its snapshot; it has now (b is drained), so wait for it too.
+  syncWithin(a, 10, "two streams' tasks feeding each other's full queues (a, again)");
   CHECK_OK(feed_a.own_rc);
   CHECK_OK(feed_a.peer_rc);
   CHECK_OK(feed_b.own_rc);
