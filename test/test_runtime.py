@@ -219,6 +219,39 @@ def test_strict_mode_host_access_aborts_with_report(runtime_test):
     assert "without faulting" not in result.stdout
 
 
+@pytest.mark.parametrize("which, size", [("same", 10000), ("other", 20000)])
+def test_strict_mode_host_access_while_a_kernel_runs_aborts_with_report(runtime_test, which, size):
+    # A launched function is provably running (spinning on a latch, using its
+    # allocation through the kernel address) when the host reads a device
+    # address: of that allocation, or of another. Launched functions no longer
+    # open device memory for everyone, so the read is caught.
+    result = run(runtime_test, "strict-fault-running", which, env={"MYDEV_STRICT": "1"})
+    assert result.returncode == -signal.SIGABRT, (result.returncode, result.stdout, result.stderr)
+    address = re.search(r"kernel running; device 1 address (0x[0-9a-f]+)", result.stdout)
+    assert address, result.stdout
+    expected = (
+        f"mydev strict mode: host code accessed device memory at {address.group(1)} "
+        f"(mydev:1 allocation of {size} bytes) outside a runtime copy or kernel launch"
+    )
+    assert expected in result.stderr, result.stderr
+    assert "without faulting" not in result.stdout
+
+
+def test_strict_mode_kernel_using_a_device_address_aborts_with_report(runtime_test):
+    # Launched functions must go through mydevKernelAddress; dereferencing the
+    # device address itself is reported like any host access.
+    result = run(runtime_test, "strict-fault-kernel", env={"MYDEV_STRICT": "1"})
+    assert result.returncode == -signal.SIGABRT, (result.returncode, result.stdout, result.stderr)
+    address = re.search(r"device 0 address (0x[0-9a-f]+)", result.stdout)
+    assert address, result.stdout
+    expected = (
+        f"mydev strict mode: host code accessed device memory at {address.group(1)} "
+        "(mydev:0 allocation of 3000 bytes)"
+    )
+    assert expected in result.stderr, result.stderr
+    assert "without faulting" not in result.stdout
+
+
 def test_strict_mode_leaves_other_segfaults_alone(runtime_test):
     result = run(runtime_test, "strict-other-segv", env={"MYDEV_STRICT": "1"})
     assert result.returncode == -signal.SIGSEGV, (result.returncode, result.stdout, result.stderr)

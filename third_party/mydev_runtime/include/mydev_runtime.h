@@ -9,8 +9,11 @@
  *  - every call returns a mydevError_t; mydevSuccess is 0;
  *  - the current device is per thread and starts at 0;
  *  - a NULL mydevStream_t means the default stream of the current device;
- *  - device pointers are only ever valid inside runtime copies and launched
- *    functions: with MYDEV_STRICT=1 device pages are PROT_NONE everywhere else;
+ *  - device pointers (device addresses) name device memory to the runtime and
+ *    are never dereferenced by the host. Launched functions reach the memory
+ *    through mydevKernelAddress(p); outside strict mode that is p itself, and
+ *    with MYDEV_STRICT=1 device addresses are PROT_NONE always, for every
+ *    thread, kernels included (see "strict mode" below);
  *  - execution is asynchronous, as on a GPU: each stream has a worker thread
  *    that runs its work in FIFO order, and the *Async calls, launches, event
  *    records and stream waits only enqueue (see "streams" below).
@@ -19,7 +22,7 @@
  * Environment (read once, at first use):
  *  MYDEV_DEVICE_COUNT     number of devices (default 2)
  *  MYDEV_MEMORY_LIMIT     capacity per device, bytes or with K/M/G/T suffix (default 8G)
- *  MYDEV_STRICT           1: host code touching device memory faults loudly
+ *  MYDEV_STRICT           1: any code dereferencing a device address faults loudly
  *  MYDEV_LAUNCH_BLOCKING  1: every enqueue returns only once its work has run
  *                         (a failing launch then returns mydevErrorLaunchFailure
  *                         itself, besides leaving the sticky error); for debugging
@@ -165,7 +168,10 @@ MYDEV_API mydevError_t mydevStreamQuery(mydevStream_t stream);
 
 /* A launched function is the emulated device's kernel: it runs later, in stream
  * order, on the stream's worker thread, with the stream's device as that
- * thread's current device and device memory accessible. user_data (and
+ * thread's current device. It reads and writes device memory through kernel
+ * addresses, mydevKernelAddress(p) for each device pointer p it is given
+ * (required in strict mode, the identity otherwise); it passes device
+ * addresses, not kernel addresses, back to runtime calls. user_data (and
  * anything it points to) must stay valid until it has run. It returns 0 on
  * success; anything else makes it a failed launch (see "Errors" above).
  * The launch itself returns mydevSuccess once the work is enqueued; under
@@ -191,7 +197,8 @@ MYDEV_API mydevError_t mydevStreamGetErrorLabel(mydevStream_t stream, char* buf,
 /* Runs fn now, on the calling thread, in stream order: after all work already
  * enqueued on the stream has run, while the stream's worker waits (work
  * enqueued meanwhile runs after fn). fn runs as a launched function would: the
- * stream's device is the current device and device memory is accessible. For
+ * stream's device is the current device, and it reaches device memory through
+ * mydevKernelAddress. For
  * work whose results the host needs at once (e.g. kernels whose output sizes
  * depend on the data). Returns mydevErrorLaunchFailure if fn fails, without
  * setting the stream's sticky error: the caller already has the failure.
@@ -212,7 +219,8 @@ typedef enum mydevMemcpyKind {
 } mydevMemcpyKind;
 
 /* Each device-side range must lie inside one live device allocation, and each
- * host-side range must not touch device memory; otherwise the copy fails with
+ * host-side range must not touch device memory (kernel addresses are host
+ * memory here: see "strict mode"); otherwise the copy fails with
  * mydevErrorInvalidDevicePointer / mydevErrorInvalidHostPointer and copies
  * nothing. Ranges are checked when the call is made, async ones included. */
 
@@ -249,7 +257,55 @@ MYDEV_API mydevError_t mydevEventElapsedTime(float* ms, mydevEvent_t start, myde
 MYDEV_API mydevError_t mydevStreamWaitEvent(mydevStream_t stream, mydevEvent_t event);
 
 /* ---- strict mode ------------------------------------------------------ */
+/* With MYDEV_STRICT=1 each device allocation has two addresses for the same
+ * bytes. Its device address (what mydevMalloc returns, what every runtime call
+ * takes, what the integration stores in tensors) is PROT_NONE for the
+ * allocation's whole life: any thread that dereferences it, a launched
+ * function included, gets SIGSEGV, reported with the address and allocation
+ * ("host code accessed device memory at ...") before the process aborts. This
+ * holds while kernels and copies run, so host reads of device memory are
+ * caught even when the device is never idle. Its kernel address is a second,
+ * read-write mapping of the same memory: launched functions (and inline
+ * functions) read and write device memory only through it, and the runtime's
+ * copies and memsets use it internally. Outside strict mode the two are equal
+ * and translating costs one branch.
+ *
+ * Kernel addresses are host memory to the rest of the API: reported by
+ * mydevPointerGetAttributes as mydevMemoryTypeUnregistered, not accepted by
+ * mydevFree, rejected as the device side of a copy or memset
+ * (mydevErrorInvalidDevicePointer: runtime calls take device addresses), and
+ * accepted as the host side (a kernel may copy device memory into its own
+ * kernel view). The last is strict mode only: elsewhere a kernel address is
+ * the device address, and the copy fails with mydevErrorInvalidHostPointer,
+ * so portable code copies between device ranges with device addresses and
+ * mydevMemcpyDeviceToDevice. A kernel address is valid exactly as long as its
+ * allocation; after mydevFree it is unmapped (a stray access is a plain
+ * SIGSEGV, not a strict-mode report) and the range may be reused. Host code
+ * could read device memory through a kernel address too: by convention only
+ * launched and inline functions translate.
+ *
+ * A child forked after allocating (already unable to use the runtime) inherits
+ * neither mapping in strict mode: touching either address there faults, and
+ * the child can neither see nor change the parent's device memory. */
 MYDEV_API int mydevStrictMode(void); /* nonzero when MYDEV_STRICT=1 */
+/* Device address -> the kernel address of the same byte. ptr may point
+ * anywhere inside a live device allocation or one past its requested size;
+ * anything else (NULL, host or pinned memory, freed memory, the page-rounding
+ * tail) is returned unchanged, and so is every pointer outside strict mode.
+ * One past the end always translates to one past the end of the kernel view
+ * (no other mapping starts there), so begin and end pointers may be translated
+ * separately. A kernel address is never also a device address, so a kernel
+ * address is returned unchanged (the call is idempotent). Thread safe (a lock
+ * and a map lookup in strict mode); never
+ * initialises the runtime; returns ptr unchanged in a child forked after
+ * initialisation. */
+MYDEV_API void* mydevKernelAddress(const void* ptr);
+/* The inverse: kernel address (inside a live allocation's kernel view, or one
+ * past its requested size) -> device address; anything else unchanged, as is
+ * every pointer outside strict mode; idempotent likewise.
+ * mydevDeviceAddress(mydevKernelAddress(p)) == p for every p inside a live
+ * device allocation or one past its end. */
+MYDEV_API void* mydevDeviceAddress(const void* ptr);
 
 #ifdef __cplusplus
 }

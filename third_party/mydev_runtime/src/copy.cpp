@@ -2,7 +2,9 @@
 // when the call is made, before anything moves, so a bad copy fails whole (and
 // at once) instead of half-done or crashing on an unmapped page. Async copies
 // then run on the stream's worker; freeing their memory before they ran is, as
-// in CUDA, the caller's bug.
+// in CUDA, the caller's bug. Device ranges are named by device address and
+// moved through their kernel addresses (identical outside strict mode), which
+// validation returns, so async tasks carry kernel addresses.
 #include "internal.h"
 
 #include <cstring>
@@ -12,18 +14,28 @@ using namespace mydev_detail;
 namespace {
 
 // devices[0]/[1] receive the devices of the destination/source when they are
-// device memory (left alone otherwise).
+// device memory (left alone otherwise). *kdst/*ksrc receive the addresses the
+// copy itself uses: the kernel address of a device range (see memory.cpp),
+// the pointer itself for a host range.
 mydevError_t validateCopy(void* dst, const void* src, size_t count, mydevMemcpyKind kind,
-                          int devices[2]) {
+                          int devices[2], void** kdst, const void** ksrc) {
+  *kdst = dst;
+  *ksrc = src;
+  void* src_kernel = const_cast<void*>(src);
+  mydevError_t e = mydevErrorInvalidValue;
   switch (kind) {
     case mydevMemcpyHostToDevice:
-      return validateRanges({{dst, count, true, &devices[0]}, {src, count, false}});
+      e = validateRanges({{dst, count, true, &devices[0], kdst}, {src, count, false}});
+      break;
     case mydevMemcpyDeviceToHost:
-      return validateRanges({{dst, count, false}, {src, count, true, &devices[1]}});
+      e = validateRanges({{dst, count, false}, {src, count, true, &devices[1], &src_kernel}});
+      break;
     case mydevMemcpyDeviceToDevice:
-      return validateRanges({{dst, count, true, &devices[0]}, {src, count, true, &devices[1]}});
+      e = validateRanges({{dst, count, true, &devices[0], kdst}, {src, count, true, &devices[1], &src_kernel}});
+      break;
   }
-  return mydevErrorInvalidValue;
+  *ksrc = src_kernel;
+  return e;
 }
 
 bool validKind(mydevMemcpyKind kind) {
@@ -46,7 +58,9 @@ mydevError_t mydevMemcpy(void* dst, const void* src, size_t count, mydevMemcpyKi
   if (!validKind(kind)) return mydevErrorInvalidValue;
   if (count == 0) return mydevSuccess;
   int devices[2] = {-1, -1};
-  if (mydevError_t e = validateCopy(dst, src, count, kind, devices)) return e;
+  void* kdst;
+  const void* ksrc;
+  if (mydevError_t e = validateCopy(dst, src, count, kind, devices, &kdst, &ksrc)) return e;
   if (!onStreamWorker()) {
     const int current = currentDevice();
     waitDeviceIdle(current);
@@ -55,9 +69,8 @@ mydevError_t mydevMemcpy(void* dst, const void* src, size_t count, mydevMemcpyKi
       if (d >= 0 && d != current && (i == 0 || d != devices[0])) waitDeviceIdle(d);
     }
   }
-  AccessWindow window;
   // memmove: a device-to-device copy within one allocation may overlap.
-  std::memmove(dst, src, count);
+  std::memmove(kdst, ksrc, count);
   return mydevSuccess;
 }
 
@@ -69,11 +82,13 @@ mydevError_t mydevMemcpyAsync(void* dst, const void* src, size_t count, mydevMem
   if (mydevError_t e = resolveStream(stream, &s)) return e;
   if (count == 0) return mydevSuccess;
   int devices[2] = {-1, -1};
-  if (mydevError_t e = validateCopy(dst, src, count, kind, devices)) return e;
+  void* kdst;
+  const void* ksrc;
+  if (mydevError_t e = validateCopy(dst, src, count, kind, devices, &kdst, &ksrc)) return e;
   Task task;
   task.kind = Task::Kind::kCopy;
-  task.ptr = dst;
-  task.src = src;
+  task.ptr = kdst;
+  task.src = ksrc;
   task.count = count;
   return submitToStream(s, std::move(task));
 }
@@ -83,10 +98,11 @@ mydevError_t mydevMemsetAsync(void* dst, int value, size_t count, mydevStream_t 
   std::shared_ptr<mydevStream_st> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
   if (count == 0) return mydevSuccess;
-  if (mydevError_t e = validateRanges({{dst, count, true}})) return e;
+  void* kdst = dst;
+  if (mydevError_t e = validateRanges({{dst, count, true, nullptr, &kdst}})) return e;
   Task task;
   task.kind = Task::Kind::kMemset;
-  task.ptr = dst;
+  task.ptr = kdst;
   task.value = value;
   task.count = count;
   return submitToStream(s, std::move(task));

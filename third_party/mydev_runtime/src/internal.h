@@ -48,19 +48,12 @@ struct RangeCheck {
   size_t bytes;
   bool device;  // true: must lie in one device allocation; false: must avoid device memory
   int* device_out = nullptr;  // device ranges only: receives the allocation's device
+  // Device ranges only: receives the kernel address of ptr, through which the
+  // runtime's copies and memsets reach the bytes (ptr itself outside strict mode).
+  void** kernel_out = nullptr;
 };
 // Checks all ranges under one registry lock, in order; the first failure wins.
 mydevError_t validateRanges(std::initializer_list<RangeCheck> ranges);
-
-// Strict-mode access window (no-op otherwise). Scoped so an exception thrown
-// through a launched function cannot leave device memory unprotected.
-class AccessWindow {
- public:
-  AccessWindow();
-  ~AccessWindow();
-  AccessWindow(const AccessWindow&) = delete;
-  AccessWindow& operator=(const AccessWindow&) = delete;
-};
 
 struct FaultAllocation {
   uintptr_t base;

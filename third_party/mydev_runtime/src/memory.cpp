@@ -1,17 +1,39 @@
 // Device and pinned host memory: the allocation registry, per-device capacity
-// accounting, and strict-mode page protection (access windows).
+// accounting, and strict mode's two addresses for device memory.
 //
-// Every allocation is its own anonymous mmap. That keeps device memory apart
-// from the host heap (so a stray host pointer never aliases it), makes each
-// allocation protectable on its own, and commits nothing up front: the limit
-// is a number we account against, not memory we reserve.
+// Every allocation is its own mmap. That keeps device memory apart from the
+// host heap (so a stray host pointer never aliases it) and commits nothing up
+// front: the limit is a number we account against, not memory we reserve.
+//
+// Outside strict mode (and for pinned memory always) an allocation is one
+// private anonymous mapping, and its kernel address is its device address.
+//
+// In strict mode (MYDEV_STRICT=1) a device allocation is a memfd mapped twice,
+// MAP_SHARED: the device view, whose address mydevMalloc returns and every
+// runtime call takes, is PROT_NONE for the allocation's whole life, so any
+// dereference of a device address faults (strict_fault.cpp reports it); the
+// kernel view is PROT_READ|PROT_WRITE and reaches the same bytes for launched
+// functions (through mydevKernelAddress) and for the runtime's own copies and
+// memsets (translated when they are validated). Nothing is ever mprotected,
+// so protection no longer depends on what other threads are running: page
+// protection is per process, and without protection keys two views are the
+// only way to let kernels in while keeping the host out. Both views are
+// MADV_DONTFORK: a forked child (poisoned anyway) inherits neither, so it can
+// neither see nor change the parent's live memory through the shared mapping.
+// The memfd is closed right after mapping; the mappings keep its pages alive,
+// and unmapping both in mydevFree returns them. memfd pages are committed
+// (and charged) only when touched, like MAP_NORESERVE anonymous memory.
+// Each view extends at least one byte past the requested size (a whole-page
+// allocation gets one more page of address space, never accounted or
+// touched), so the address one past an allocation's end always belongs to
+// that view and never starts another mapping: translating end pointers is
+// unambiguous, and a device address is never also a kernel address.
 #include "internal.h"
 
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <map>
 #include <vector>
 
@@ -20,16 +42,30 @@ namespace {
 
 struct Allocation {
   size_t size;    // as requested; bounds what copies may touch
-  size_t mapped;  // page-rounded; what is accounted and protected
+  size_t mapped;  // page-rounded; what is accounted against the device
+  // Bytes mapped (per view): `mapped`, or in strict mode `mapped` plus a page
+  // if that leaves no byte past `size` (see the top of the file).
+  size_t span;
   int device;     // -1 for pinned host memory
+  // Base of the kernel view: the key itself outside strict mode and for
+  // pinned memory, the second mapping of a strict-mode device allocation.
+  uintptr_t kernel;
   bool is_device() const { return device >= 0; }
+};
+
+// A strict-mode kernel view, for translating kernel addresses back.
+struct KernelView {
+  uintptr_t device_base;
+  size_t size;
 };
 
 struct Registry {
   std::mutex mu;
-  std::map<uintptr_t, Allocation> allocations;  // keyed by base address
+  std::map<uintptr_t, Allocation> allocations;  // keyed by (device) base address
+  // Strict mode only: the kernel views of device allocations, keyed by kernel
+  // base. Not allocations: a kernel address is host memory to the registry.
+  std::map<uintptr_t, KernelView> kernel_views;
   std::vector<size_t> in_use;                   // page-rounded bytes per device
-  int window_depth = 0;                         // open strict access windows, process-wide
 };
 
 // Leaked on purpose: allocators above us free memory from static destructors
@@ -56,21 +92,22 @@ bool roundUpToPage(size_t n, size_t* out) {
 }
 
 // The allocation whose [base, base + extent) contains p, where extent is the
-// requested or the mapped size. Caller holds the registry lock.
+// requested or the mapped size (its span). Caller holds the registry lock.
 const std::pair<const uintptr_t, Allocation>* findContaining(Registry& r, uintptr_t p, bool use_mapped) {
   auto it = r.allocations.upper_bound(p);
   if (it == r.allocations.begin()) return nullptr;
   --it;
-  size_t extent = use_mapped ? it->second.mapped : it->second.size;
+  size_t extent = use_mapped ? it->second.span : it->second.size;
   if (p - it->first < extent) return &*it;
   return nullptr;
 }
 
-bool rangeInsideDeviceAllocation(Registry& r, uintptr_t p, size_t n, int* device_out) {
+bool rangeInsideDeviceAllocation(Registry& r, uintptr_t p, size_t n, int* device_out, void** kernel_out) {
   const auto* a = findContaining(r, p, /*use_mapped=*/false);
   if (!a || !a->second.is_device()) return false;
   if (n > a->second.size - (p - a->first)) return false;
   if (device_out) *device_out = a->second.device;
+  if (kernel_out) *kernel_out = reinterpret_cast<void*>(a->second.kernel + (p - a->first));
   return true;
 }
 
@@ -83,23 +120,23 @@ bool rangeTouchesDeviceMemory(Registry& r, uintptr_t p, size_t n) {
   auto it = r.allocations.lower_bound(end);
   while (it != r.allocations.begin()) {
     --it;
-    if (it->first + it->second.mapped <= p) break;
+    if (it->first + it->second.span <= p) break;
     if (it->second.is_device()) return true;
   }
   return false;
 }
 
-void protectAllDeviceMemory(Registry& r, int prot) {
-  for (const auto& [base, a] : r.allocations) {
-    if (!a.is_device()) continue;
-    if (mprotect(reinterpret_cast<void*>(base), a.mapped, prot) != 0) {
-      static bool warned = false;  // under r.mu
-      if (!warned) {
-        warned = true;
-        std::perror("mydev strict mode: mprotect failed; device memory protection is unreliable");
-      }
-    }
-  }
+// For address translation: the entry of `m` (keyed by base) whose
+// [base, base + size] holds p, the end included. Unambiguous in strict mode,
+// where every view's span reaches past base + size. Caller holds the
+// registry lock.
+template <class Map, class SizeOf>
+const typename Map::value_type* findForTranslation(const Map& m, uintptr_t p, SizeOf size_of) {
+  auto it = m.upper_bound(p);
+  if (it == m.begin()) return nullptr;
+  --it;
+  if (p - it->first <= size_of(it->second)) return &*it;
+  return nullptr;
 }
 
 }  // namespace
@@ -112,31 +149,19 @@ mydevError_t validateRanges(std::initializer_list<RangeCheck> ranges) {
   for (const RangeCheck& c : ranges) {
     uintptr_t p = reinterpret_cast<uintptr_t>(c.ptr);
     if (c.device) {
-      if (!rangeInsideDeviceAllocation(r, p, c.bytes, c.device_out)) return mydevErrorInvalidDevicePointer;
+      if (!rangeInsideDeviceAllocation(r, p, c.bytes, c.device_out, c.kernel_out)) {
+        return mydevErrorInvalidDevicePointer;
+      }
     } else {
+      // Kernel views are not in `allocations`, so a host range in one (a
+      // launched function passing its kernel address as the host side) is
+      // accepted as the host memory it is.
       // A null or wrapping host range would fault in the copy itself.
       if (!c.ptr || p + c.bytes < p) return mydevErrorInvalidValue;
       if (rangeTouchesDeviceMemory(r, p, c.bytes)) return mydevErrorInvalidHostPointer;
     }
   }
   return mydevSuccess;
-}
-
-// Windows are process-wide rather than per thread because page protection is:
-// while any runtime copy or launched function runs, all device memory is open.
-// That loosens checking for other threads meanwhile, but never breaks a kernel.
-AccessWindow::AccessWindow() {
-  if (!config().strict) return;
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  if (r.window_depth++ == 0) protectAllDeviceMemory(r, PROT_READ | PROT_WRITE);
-}
-
-AccessWindow::~AccessWindow() {
-  if (!config().strict) return;
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  if (--r.window_depth == 0) protectAllDeviceMemory(r, PROT_NONE);
 }
 
 bool findDeviceAllocationForSignal(uintptr_t addr, FaultAllocation* out) {
@@ -165,6 +190,31 @@ using namespace mydev_detail;
 
 namespace {
 
+// Strict mode's two views of one device allocation (see the top of the file).
+// Caller holds the registry lock (nothing else may see a half-made pair).
+bool mapStrictViews(size_t span, void** device_view, void** kernel_view) {
+  int fd = memfd_create("mydev", MFD_CLOEXEC);
+  if (fd < 0) return false;
+  void* dev = MAP_FAILED;
+  void* ker = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(span)) == 0) {
+    // MAP_NORESERVE as for anonymous device memory (a memfd is charged per
+    // touched page anyway); capacity is enforced by our accounting.
+    dev = mmap(nullptr, span, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    ker = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  }
+  close(fd);  // the mappings keep the memory
+  if (dev == MAP_FAILED || ker == MAP_FAILED ||
+      madvise(dev, span, MADV_DONTFORK) != 0 || madvise(ker, span, MADV_DONTFORK) != 0) {
+    if (dev != MAP_FAILED) munmap(dev, span);
+    if (ker != MAP_FAILED) munmap(ker, span);
+    return false;
+  }
+  *device_view = dev;
+  *kernel_view = ker;
+  return true;
+}
+
 // Shared by device and pinned allocation; `device` is -1 for pinned memory.
 mydevError_t allocate(void** ptr, size_t size, int device) {
   if (!ptr) return mydevErrorInvalidValue;
@@ -175,21 +225,29 @@ mydevError_t allocate(void** ptr, size_t size, int device) {
 
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  int prot = PROT_READ | PROT_WRITE;
-  int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+  void* p = nullptr;
+  void* kernel = nullptr;
+  size_t span = mapped;
   if (device >= 0) {
     size_t used = r.in_use[static_cast<size_t>(device)];
     if (mapped > config().memory_limit - used) return mydevErrorMemoryAllocation;
-    // Outside a window strict mode wants the pages sealed from birth; inside
-    // one they join the open set and get sealed when it closes.
-    if (config().strict && r.window_depth == 0) prot = PROT_NONE;
+  }
+  if (device >= 0 && config().strict) {
+    if (size == mapped) span += pageSize();  // no overflow: mapped <= the limit
+    if (!mapStrictViews(span, &p, &kernel)) return mydevErrorMemoryAllocation;
+    r.kernel_views.emplace(reinterpret_cast<uintptr_t>(kernel),
+                           KernelView{reinterpret_cast<uintptr_t>(p), size});
+  } else {
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS;
     // Capacity is enforced by our accounting; don't let the kernel's
     // overcommit heuristics refuse a large, mostly untouched device buffer.
-    flags |= MAP_NORESERVE;
+    if (device >= 0) flags |= MAP_NORESERVE;
+    p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (p == MAP_FAILED) return mydevErrorMemoryAllocation;
+    kernel = p;
   }
-  void* p = mmap(nullptr, mapped, prot, flags, -1, 0);
-  if (p == MAP_FAILED) return mydevErrorMemoryAllocation;
-  r.allocations.emplace(reinterpret_cast<uintptr_t>(p), Allocation{size, mapped, device});
+  r.allocations.emplace(reinterpret_cast<uintptr_t>(p),
+                        Allocation{size, mapped, span, device, reinterpret_cast<uintptr_t>(kernel)});
   if (device >= 0) r.in_use[static_cast<size_t>(device)] += mapped;
   *ptr = p;
   return mydevSuccess;
@@ -204,7 +262,11 @@ mydevError_t release(void* ptr, bool device, mydevError_t not_found) {
   // Unregister before unmapping (both under the lock) so the fault handler
   // never attributes an address to an allocation that is already gone.
   r.allocations.erase(it);
-  munmap(ptr, a.mapped);
+  munmap(ptr, a.span);
+  if (a.kernel != reinterpret_cast<uintptr_t>(ptr)) {  // strict mode's second view
+    r.kernel_views.erase(a.kernel);
+    munmap(reinterpret_cast<void*>(a.kernel), a.span);
+  }
   if (device) r.in_use[static_cast<size_t>(a.device)] -= a.mapped;
   return mydevSuccess;
 }
@@ -253,6 +315,34 @@ mydevError_t mydevPointerGetAttributes(mydevPointerAttributes* attr, const void*
     attr->size = a->second.size;
   }
   return mydevSuccess;
+}
+
+// Both translations cost one branch outside strict mode. In strict mode they
+// take the registry lock for a map lookup; they never initialise the runtime
+// (before initialisation there is nothing to translate) and, in a poisoned
+// fork child, return their argument (the child has neither view).
+void* mydevKernelAddress(const void* ptr) {
+  void* p = const_cast<void*>(ptr);
+  if (!config().strict) return p;
+  if (!p || !mydevIsInitialized() || inPoisonedChild()) return p;
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const auto* a = findForTranslation(r.allocations, u, [](const Allocation& x) { return x.size; });
+  if (!a || !a->second.is_device()) return p;
+  return reinterpret_cast<void*>(a->second.kernel + (u - a->first));
+}
+
+void* mydevDeviceAddress(const void* ptr) {
+  void* p = const_cast<void*>(ptr);
+  if (!config().strict) return p;
+  if (!p || !mydevIsInitialized() || inPoisonedChild()) return p;
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const auto* v = findForTranslation(r.kernel_views, u, [](const KernelView& x) { return x.size; });
+  if (!v) return p;
+  return reinterpret_cast<void*>(v->second.device_base + (u - v->first));
 }
 
 mydevError_t mydevHostAlloc(void** ptr, size_t size) {

@@ -312,11 +312,11 @@ class DeviceGuard {
   int saved_;
 };
 
-// A launched function's body: on the stream's device, memory accessible, and
-// an exception escaping it (a "kernel" crashing) turned into its failure.
+// A launched function's body: on the stream's device, and an exception
+// escaping it (a "kernel" crashing) turned into its failure. It reaches device
+// memory through kernel addresses (mydevKernelAddress), so nothing is opened.
 int callLaunched(int device, mydevHostFn_t fn, void* user_data) {
   DeviceGuard guard(device);
-  AccessWindow window;
   try {
     return fn(user_data);
   } catch (abi::__forced_unwind&) {
@@ -331,17 +331,14 @@ int runTask(const S& s, Task& t) {
   switch (t.kind) {
     case Task::Kind::kLaunch:
       return callLaunched(s.device, t.fn, t.ptr);
-    case Task::Kind::kCopy: {
-      AccessWindow window;
-      // memmove: a device-to-device copy within one allocation may overlap.
+    case Task::Kind::kCopy:
+      // Kernel addresses, translated when the copy was validated. memmove: a
+      // device-to-device copy within one allocation may overlap.
       std::memmove(t.ptr, t.src, t.count);
       return 0;
-    }
-    case Task::Kind::kMemset: {
-      AccessWindow window;
-      std::memset(t.ptr, t.value, t.count);
+    case Task::Kind::kMemset:
+      std::memset(t.ptr, t.value, t.count);  // kernel address, as for copies
       return 0;
-    }
     case Task::Kind::kEventRecord:
       return 0;  // completed by the worker loop, once the task is counted
     case Task::Kind::kEventWait:

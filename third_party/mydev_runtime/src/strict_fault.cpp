@@ -1,7 +1,10 @@
-// Strict mode's SIGSEGV reporting. Device pages are PROT_NONE outside access
-// windows, so host code that dereferences a device pointer faults; this
-// handler turns that fault into a message naming the allocation, then aborts.
-// Faults anywhere else are passed on untouched.
+// Strict mode's SIGSEGV reporting. Device addresses are PROT_NONE for the
+// allocation's whole life (launched functions and copies use the separate
+// kernel view, see memory.cpp), so any code that dereferences a device pointer
+// faults, whatever else is running; this handler turns that fault into a
+// message naming the allocation, then aborts. That includes a launched
+// function that forgot mydevKernelAddress: the message is the same. Faults
+// anywhere else (kernel views included) are passed on untouched.
 #include "internal.h"
 
 #include <signal.h>

@@ -5,6 +5,9 @@
 //   runtime_test env N LIMIT STRICT  configuration read from the environment
 //   runtime_test strict              strict-mode behaviour (needs MYDEV_STRICT=1)
 //   runtime_test strict-fault        touches device memory from host code: must abort
+//   runtime_test strict-fault-running same|other
+//                                    touches device memory while a kernel runs: must abort
+//   runtime_test strict-fault-kernel a kernel dereferences a device address: must abort
 //   runtime_test strict-other-segv   an unrelated segfault in strict mode: must stay SIGSEGV
 //   runtime_test fork                fork before and after initialisation
 //   runtime_test blocking            MYDEV_LAUNCH_BLOCKING=1 behaviour (needs it set)
@@ -15,6 +18,7 @@
 #include "mydev_runtime.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -528,6 +532,150 @@ void testCopiesRoundTrip() {
   CHECK_OK(mydevFree(b));
 }
 
+// Device and kernel addresses: distinct in strict mode (same bytes), equal
+// otherwise; translation works for interior and one-past-the-end pointers and
+// leaves everything else alone.
+void testKernelAddresses() {
+  const bool strict = mydevStrictMode();
+  const size_t n = 1000;
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, n));
+  auto* dc = static_cast<unsigned char*>(d);
+  auto* k = static_cast<unsigned char*>(mydevKernelAddress(d));
+  if (strict) {
+    CHECK(k != dc);
+    CHECK(reinterpret_cast<uintptr_t>(k) % pageSize() == 0);
+    CHECK(!hostReadable(d));  // the device address stays sealed...
+    CHECK(hostReadable(k));   // ...the kernel address is open
+  } else {
+    CHECK(k == dc);
+  }
+  for (size_t off : {size_t{0}, size_t{1}, size_t{499}, n - 1, n}) {
+    CHECK(mydevKernelAddress(dc + off) == k + off);
+    CHECK(mydevDeviceAddress(k + off) == dc + off);
+    CHECK(mydevDeviceAddress(mydevKernelAddress(dc + off)) == dc + off);
+    CHECK(mydevKernelAddress(k + off) == k + off);  // idempotent
+    CHECK(mydevDeviceAddress(dc + off) == dc + off);
+  }
+
+  // Writes through the kernel address (here from the host thread, which may
+  // hold one as well as a kernel may) are what copies of the device address see.
+  std::vector<unsigned char> in(n), out(n);
+  fillPattern(in, 11);
+  std::memcpy(k, in.data(), n);
+  CHECK_OK(mydevMemcpy(out.data(), d, n, mydevMemcpyDeviceToHost));
+  CHECK(out == in);
+  // And what copies write, the kernel address reads.
+  fillPattern(in, 12);
+  CHECK_OK(mydevMemcpy(d, in.data(), n, mydevMemcpyHostToDevice));
+  CHECK(std::memcmp(k, in.data(), n) == 0);
+  CHECK_OK(mydevMemsetAsync(dc + 10, 0x5a, 20, nullptr));
+  CHECK_OK(mydevStreamSynchronize(nullptr));
+  CHECK(k[9] == in[9] && k[10] == 0x5a && k[29] == 0x5a && k[30] == in[30]);
+
+  // Not device memory: unchanged.
+  void* h = nullptr;
+  CHECK_OK(mydevHostAlloc(&h, 100));
+  int local = 0;
+  CHECK(mydevKernelAddress(nullptr) == nullptr);
+  CHECK(mydevDeviceAddress(nullptr) == nullptr);
+  CHECK(mydevKernelAddress(h) == h);
+  CHECK(mydevDeviceAddress(h) == h);
+  CHECK(mydevKernelAddress(&local) == &local);
+  CHECK(mydevDeviceAddress(&local) == &local);
+  CHECK(mydevKernelAddress(in.data()) == in.data());
+  // The rounding tail beyond one past the end is not translated.
+  CHECK(mydevKernelAddress(dc + n + 1) == dc + n + 1);
+  CHECK(mydevDeviceAddress(k + n + 1) == k + n + 1);
+
+  // Whole-page allocations (no rounding tail; mmap tends to place mappings
+  // side by side): one past the end still translates as the end, and device
+  // and kernel addresses are never confused.
+  std::vector<void*> pages(6);
+  for (auto& p : pages) CHECK_OK(mydevMalloc(&p, pageSize()));
+  CHECK(freeBytes(0) == limitBytes() - 6 * pageSize() - pageSize());  // d, 1000 bytes: one page
+  for (void* p : pages) {
+    auto* pc = static_cast<unsigned char*>(p);
+    auto* pk = static_cast<unsigned char*>(mydevKernelAddress(p));
+    const size_t ps = pageSize();
+    CHECK(strict ? pk != pc : pk == pc);
+    CHECK(mydevDeviceAddress(p) == p);
+    CHECK(mydevKernelAddress(pk) == pk);
+    CHECK(mydevDeviceAddress(pk) == p);
+    CHECK(mydevKernelAddress(pc + ps - 1) == pk + ps - 1);
+    CHECK(mydevDeviceAddress(pk + ps - 1) == pc + ps - 1);
+    CHECK(mydevKernelAddress(pc + ps) == pk + ps);
+    CHECK(mydevDeviceAddress(pk + ps) == pc + ps);
+    CHECK(mydevKernelAddress(pk + ps) == pk + ps);
+    CHECK(mydevDeviceAddress(pc + ps) == pc + ps);
+    if (strict) CHECK(!hostReadable(pc + ps));  // the extra page is sealed device memory too
+    mydevPointerAttributes attr;
+    CHECK_OK(mydevPointerGetAttributes(&attr, pc + ps));
+    CHECK(attr.base != p);  // one past the end is not inside the allocation
+  }
+  // In strict mode no view starts where another ends (outside it, device
+  // allocations may well be adjacent, and it does not matter).
+  for (void* p : pages) {
+    for (void* q : pages) {
+      if (!strict || p == q) continue;
+      auto* pk = static_cast<unsigned char*>(mydevKernelAddress(p));
+      CHECK(mydevKernelAddress(q) != pk + pageSize());
+      CHECK(q != static_cast<unsigned char*>(p) + pageSize());
+    }
+  }
+
+  if (strict) {
+    // Kernel addresses are host memory to the rest of the API.
+    void* e = nullptr;
+    CHECK_OK(mydevMalloc(&e, n));
+    auto* ek = static_cast<unsigned char*>(mydevKernelAddress(e));
+    mydevPointerAttributes attr;
+    CHECK_OK(mydevPointerGetAttributes(&attr, k + 5));
+    CHECK(attr.type == mydevMemoryTypeUnregistered && attr.base == nullptr && attr.device == -1);
+    CHECK_ERR(mydevFree(k), mydevErrorInvalidDevicePointer);
+    CHECK_ERR(mydevMemcpy(ek, in.data(), n, mydevMemcpyHostToDevice), mydevErrorInvalidDevicePointer);
+    CHECK_ERR(mydevMemcpy(out.data(), k, n, mydevMemcpyDeviceToHost), mydevErrorInvalidDevicePointer);
+    CHECK_ERR(mydevMemsetAsync(k, 0, n, nullptr), mydevErrorInvalidDevicePointer);
+    // ... valid as the host side of a copy (a kernel copying into its own view):
+    CHECK_OK(mydevMemcpy(ek, d, n, mydevMemcpyDeviceToHost));
+    CHECK(std::memcmp(ek, k, n) == 0);
+    CHECK_OK(mydevMemsetAsync(e, 0x33, n, nullptr));
+    CHECK_OK(mydevMemcpyAsync(dc + 1, ek, 8, mydevMemcpyHostToDevice, nullptr));
+    CHECK_OK(mydevStreamSynchronize(nullptr));
+    CHECK(k[0] == in[0]);
+    for (int i = 1; i <= 8; ++i) CHECK(k[i] == 0x33);
+    // ... but a host range running into device memory is not.
+    CHECK_ERR(mydevMemcpy(dc, dc - 1, 2, mydevMemcpyHostToDevice), mydevErrorInvalidHostPointer);
+    CHECK_OK(mydevFree(e));
+  } else {
+    // Outside strict mode the kernel address is the device address, so it is
+    // not host memory: portable code copies device memory as device memory.
+    CHECK_ERR(mydevMemcpy(k, d, 8, mydevMemcpyDeviceToHost), mydevErrorInvalidHostPointer);
+  }
+
+  // Launched functions write through the kernel address.
+  struct Fill {
+    void* dev;
+    size_t n;
+  } fill{d, n};
+  CHECK_OK(mydevLaunchHostFunc(nullptr, [](void* p) {
+    auto* f = static_cast<Fill*>(p);
+    auto* b = static_cast<unsigned char*>(mydevKernelAddress(f->dev));
+    for (size_t i = 0; i < f->n; ++i) b[i] = static_cast<unsigned char>(i ^ 0x5c);
+    return 0;
+  }, &fill));
+  CHECK_OK(mydevStreamSynchronize(nullptr));
+  CHECK_OK(mydevMemcpy(out.data(), d, n, mydevMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i) CHECK(out[i] == static_cast<unsigned char>(i ^ 0x5c));
+
+  for (void* p : pages) CHECK_OK(mydevFree(p));
+  CHECK_OK(mydevFreeHost(h));
+  CHECK_OK(mydevFree(d));
+  // Freed: nothing to translate any more.
+  CHECK(mydevKernelAddress(dc + 1) == dc + 1);
+  CHECK(mydevDeviceAddress(k + 1) == k + 1);
+}
+
 void testCopyValidation() {
   const size_t n = 100;
   std::vector<unsigned char> host(2 * n, 0xee), pattern(2 * n);
@@ -678,7 +826,7 @@ void testStreams() {
 }
 
 struct LaunchArgs {
-  int* device_buf;  // device memory, touched directly by the "kernel"
+  int* device_buf;  // device memory (device address), written by the "kernel"
   int value;
   int calls;
   int device_seen;
@@ -688,7 +836,8 @@ int writeKernel(void* ud) {
   auto* a = static_cast<LaunchArgs*>(ud);
   a->calls++;
   mydevGetDevice(&a->device_seen);
-  for (int i = 0; i < 256; ++i) a->device_buf[i] = a->value + i;
+  int* buf = static_cast<int*>(mydevKernelAddress(a->device_buf));
+  for (int i = 0; i < 256; ++i) buf[i] = a->value + i;
   return 0;
 }
 
@@ -1175,7 +1324,8 @@ int inlineProbeKernel(void* p) {
   x->flag_seen = x->flag->load();
   x->thread = std::this_thread::get_id();
   mydevGetDevice(&x->device);
-  x->dev_mem[0] = 77;  // device memory is accessible (strict mode too)
+  // Device memory is reachable through its kernel address (strict mode too).
+  static_cast<int*>(mydevKernelAddress(x->dev_mem))[0] = 77;
   x->query_inside = mydevStreamQuery(x->stream);  // this call itself is pending
   // Work enqueued from inside runs after this function, even when blocking.
   x->launch_inside = mydevLaunchHostFunc(x->stream, setFlagKernel, x->flag);
@@ -1603,13 +1753,15 @@ void testCopiesOrderedWithLaunches() {
   };
   auto fill = [](void* p) {
     auto* f = static_cast<Fill*>(p);
-    for (int i = 0; i < f->n; ++i) f->dev[i] = f->value + i;
+    int* dev = static_cast<int*>(mydevKernelAddress(f->dev));
+    for (int i = 0; i < f->n; ++i) dev[i] = f->value + i;
     return 0;
   };
   auto check = [](void* p) {
     auto* f = static_cast<Fill*>(p);
+    const int* dev = static_cast<const int*>(mydevKernelAddress(f->dev));
     for (int i = 0; i < f->n; ++i) {
-      if (f->dev[i] != f->value + i) return 1;
+      if (dev[i] != f->value + i) return 1;
     }
     return 0;
   };
@@ -2107,6 +2259,9 @@ void testQueueDepthCrossFeedDoesNotDeadlock() {
   latch_b.released.store(true);
   syncWithin(a, 10, "two streams' tasks feeding each other's full queues (a)");
   syncWithin(b, 10, "two streams' tasks feeding each other's full queues (b)");
+  // feed_b may have enqueued its task onto a only after a's synchronisation
+  // above took its snapshot; it has now (b is drained), so wait for it too.
+  syncWithin(a, 10, "two streams' tasks feeding each other's full queues (a, again)");
   CHECK_OK(feed_a.own_rc);
   CHECK_OK(feed_a.peer_rc);
   CHECK_OK(feed_b.own_rc);
@@ -2300,24 +2455,28 @@ void testForkAfterInitIsPoisoned() {
 // ---- strict mode (MYDEV_STRICT=1) -------------------------------------------
 
 struct StrictArgs {
-  unsigned char* dev;
+  unsigned char* dev;  // device address
   size_t bytes;
-  bool readable_inside;
-  void* allocated_inside;
-  bool readable_after_nested_copy;
+  bool readable_inside = false;        // the kernel address, inside the kernel
+  bool device_sealed_inside = false;   // the device address, inside the kernel
+  void* allocated_inside = nullptr;
+  bool readable_after_nested_copy = false;
 };
 
 int strictKernel(void* ud) {
   auto* a = static_cast<StrictArgs*>(ud);
-  a->readable_inside = hostReadable(a->dev);
-  for (size_t i = 0; i < a->bytes; ++i) a->dev[i] = static_cast<unsigned char>(a->dev[i] + 1);
-  // Memory allocated while a window is open is usable at once...
+  auto* k = static_cast<unsigned char*>(mydevKernelAddress(a->dev));
+  a->readable_inside = hostReadable(k);
+  a->device_sealed_inside = !hostReadable(a->dev);  // kernels too must translate
+  for (size_t i = 0; i < a->bytes; ++i) k[i] = static_cast<unsigned char>(k[i] + 1);
+  // Memory allocated inside a kernel is usable at once through its kernel address...
   if (mydevMalloc(&a->allocated_inside, 64) != mydevSuccess) return 1;
-  std::memset(a->allocated_inside, 0x42, 64);
-  // ... and a nested runtime copy does not close the outer window.
+  std::memset(mydevKernelAddress(a->allocated_inside), 0x42, 64);
+  // ... and a nested runtime copy changes nothing about what is accessible.
   unsigned char tmp[8];
   if (mydevMemcpy(tmp, a->dev, sizeof(tmp), mydevMemcpyDeviceToHost) != mydevSuccess) return 1;
-  a->readable_after_nested_copy = hostReadable(a->dev);
+  if (std::memcmp(tmp, k, sizeof(tmp)) != 0) return 1;
+  a->readable_after_nested_copy = hostReadable(k) && !hostReadable(a->dev);
   return 0;
 }
 
@@ -2336,21 +2495,22 @@ int runStrict() {
   CHECK_OK(mydevMemcpy(out.data(), d, n, mydevMemcpyDeviceToHost));
   CHECK(out == in);
 
-  StrictArgs args{static_cast<unsigned char*>(d), n, false, nullptr, false};
+  StrictArgs args{static_cast<unsigned char*>(d), n};
   CHECK_OK(mydevLaunchHostFunc(nullptr, strictKernel, &args));
   CHECK_OK(mydevStreamSynchronize(nullptr));
   CHECK(args.readable_inside);
+  CHECK(args.device_sealed_inside);
   CHECK(args.readable_after_nested_copy);
-  CHECK(!hostReadable(d));  // sealed again after the launch
+  CHECK(!hostReadable(d));  // never opened
   CHECK(args.allocated_inside != nullptr);
-  CHECK(!hostReadable(args.allocated_inside));  // sealed when the window closed
+  CHECK(!hostReadable(args.allocated_inside));
   CHECK_OK(mydevMemcpy(out.data(), d, n, mydevMemcpyDeviceToHost));
   for (size_t i = 0; i < n; ++i) CHECK(out[i] == static_cast<unsigned char>(in[i] + 1));
   unsigned char inner[64];
   CHECK_OK(mydevMemcpy(inner, args.allocated_inside, 64, mydevMemcpyDeviceToHost));
   for (unsigned char c : inner) CHECK(c == 0x42);
 
-  // Memset, device-to-device and cross-device copies work inside their windows.
+  // Memset, device-to-device and cross-device copies work (through kernel addresses).
   void* e = nullptr;
   CHECK_OK(mydevMalloc(&e, n));
   CHECK_OK(mydevMemsetAsync(e, 9, n, nullptr));
@@ -2380,8 +2540,8 @@ int runStrict() {
   CHECK_OK(mydevMemcpy(e, h, 100, mydevMemcpyHostToDevice));
   CHECK(hostReadable(h));
 
-  // Concurrent launches and copies from several threads: windows nest across
-  // threads and memory ends up sealed once all are closed.
+  // Concurrent launches and copies from several threads; device addresses
+  // stay sealed throughout.
   std::atomic<int> failures{0};
   std::vector<std::thread> pool;
   for (int t = 0; t < 4; ++t) {
@@ -2390,7 +2550,7 @@ int runStrict() {
       if (mydevMalloc(&mine, 256) != mydevSuccess) failures++;
       for (int i = 0; i < 200; ++i) {
         auto kernel = [](void* p) {
-          auto* b = static_cast<unsigned char*>(p);
+          auto* b = static_cast<unsigned char*>(mydevKernelAddress(p));
           for (int k = 0; k < 256; ++k) b[k] = static_cast<unsigned char>(k);
           return 0;
         };
@@ -2406,18 +2566,19 @@ int runStrict() {
   CHECK(failures.load() == 0);
   CHECK(!hostReadable(d));
 
-  // Kernels and async copies on other streams' workers (and devices) touch
-  // memory freely; once they are done it is sealed for the host again.
+  // Kernels and async copies on other streams' workers (and devices) reach
+  // memory through kernel addresses; device addresses are never opened.
   {
     mydevStream_t s = newStream(deviceCount() - 1);
     CHECK_OK(mydevTestSetStreamDelay(s, 2000));
-    StrictArgs args2{static_cast<unsigned char*>(d), n, false, nullptr, false};
+    StrictArgs args2{static_cast<unsigned char*>(d), n};
     CHECK_OK(mydevMemsetAsync(d, 3, n, s));
     CHECK_OK(mydevLaunchHostFunc(s, strictKernel, &args2));  // d[i] = 4
     CHECK_OK(mydevMemcpyAsync(e, d, n, mydevMemcpyDeviceToDevice, s));
     CHECK_OK(mydevMemcpyAsync(out.data(), e, n, mydevMemcpyDeviceToHost, s));
     CHECK_OK(mydevStreamSynchronize(s));
     CHECK(args2.readable_inside);
+    CHECK(args2.device_sealed_inside);
     CHECK(args2.readable_after_nested_copy);
     CHECK(out == std::vector<unsigned char>(n, 4));
     CHECK(!hostReadable(d));
@@ -2425,6 +2586,84 @@ int runStrict() {
     CHECK(!hostReadable(args2.allocated_inside));
     CHECK_OK(mydevFree(args2.allocated_inside));
     CHECK_OK(mydevStreamDestroy(s));
+  }
+
+  // While a kernel is provably running (blocked on a latch, holding its own
+  // allocation's kernel address), device addresses stay sealed: of its
+  // allocation and of any other.
+  {
+    struct Running {
+      Latch latch;
+      void* dev;
+    } running{{}, d};
+    mydevStream_t s = newStream();
+    // Blocking: the launch returns only once the kernel finished, so it
+    // cannot wait for us.
+    if (launchBlocking()) running.latch.released.store(true);
+    CHECK_OK(mydevLaunchHostFunc(s, [](void* p) {
+      auto* r = static_cast<Running*>(p);
+      static_cast<unsigned char*>(mydevKernelAddress(r->dev))[0] = 0x77;
+      return latchKernel(&r->latch);
+    }, &running));
+    if (!launchBlocking()) {
+      running.latch.waitStarted();
+      CHECK(!hostReadable(d));
+      CHECK(!hostReadable(e));
+      CHECK(!hostReadable(static_cast<char*>(e) + n - 1));
+      running.latch.released.store(true);
+    }
+    CHECK_OK(mydevStreamSynchronize(s));
+    CHECK_OK(mydevStreamDestroy(s));
+    unsigned char first = 0;
+    CHECK_OK(mydevMemcpy(&first, d, 1, mydevMemcpyDeviceToHost));
+    CHECK(first == 0x77);
+  }
+
+  // A child forked after allocating inherits neither view (MADV_DONTFORK): it
+  // can neither read nor change the parent's device memory.
+  {
+    const size_t m = 2 * pageSize();
+    void* f = nullptr;
+    CHECK_OK(mydevMalloc(&f, m));
+    auto* fk = static_cast<unsigned char*>(mydevKernelAddress(f));
+    std::vector<unsigned char> pattern(m);
+    fillPattern(pattern, 21);
+    std::memcpy(fk, pattern.data(), m);
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      // Nothing is mapped at either address in the child: mapping fresh
+      // memory there with MAP_FIXED_NOREPLACE succeeds, and writing it does
+      // not reach the parent.
+      void* at = mmap(fk, m, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      CHILD_CHECK(at == fk, 30);
+      std::memset(at, 0xee, m);
+      void* at2 = mmap(f, m, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      CHILD_CHECK(at2 == f, 31);
+      std::memset(at2, 0xee, m);
+      CHILD_CHECK(mydevKernelAddress(f) == f, 32);  // poisoned: nothing translated
+      _exit(0);
+    }
+    waitChildOk(pid);
+    // Touching the kernel address in a child faults (plain SIGSEGV: it is
+    // not a device address, so there is no strict-mode report).
+    std::fflush(nullptr);
+    pid = fork();
+    if (pid == 0) {
+      volatile unsigned char v = *static_cast<volatile unsigned char*>(static_cast<void*>(fk + 1));
+      (void)v;
+      _exit(0);
+    }
+    CHECK(pid > 0);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    // (A sanitizer's own SIGSEGV handler turns the fault into an exit status.)
+    CHECK(WIFSIGNALED(status) ? WTERMSIG(status) == SIGSEGV : WEXITSTATUS(status) != 0);
+    CHECK(std::memcmp(fk, pattern.data(), m) == 0);
+    std::vector<unsigned char> back(m);
+    CHECK_OK(mydevMemcpy(back.data(), f, m, mydevMemcpyDeviceToHost));
+    CHECK(back == pattern);
+    CHECK_OK(mydevFree(f));
   }
 
   CHECK_OK(mydevFreeHost(h));
@@ -2443,9 +2682,9 @@ int runStrictFault() {
   CHECK_OK(mydevSetDevice(device));
   void* d = nullptr;
   CHECK_OK(mydevMalloc(&d, 10000));
-  // Device work on a worker first: the windows it opened are closed again.
+  // Device work on a worker first (through the kernel address).
   CHECK_OK(mydevLaunchHostFunc(nullptr, [](void* p) {
-    static_cast<unsigned char*>(p)[5000] = 1;
+    static_cast<unsigned char*>(mydevKernelAddress(p))[5000] = 1;
     return 0;
   }, d));
   CHECK_OK(mydevMemsetAsync(d, 2, 100, nullptr));
@@ -2459,6 +2698,62 @@ int runStrictFault() {
 }
 
 // A segfault that has nothing to do with device memory must look like one.
+// The point of strict mode's two addresses: host code reading device memory
+// while a launched function is provably running (spinning on a latch, using
+// its allocation through the kernel address) is still caught. `which` is
+// "same" (the running kernel's own allocation, 10000 bytes) or "other"
+// (another allocation, 20000 bytes). Before kernels had their own addresses,
+// device memory was open to every thread while any kernel ran, and this read
+// went unnoticed.
+int runStrictFaultWhileRunning(const std::string& which) {
+  if (!mydevStrictMode() || launchBlocking()) return 2;
+  if (which != "same" && which != "other") return 2;
+  int device = deviceCount() >= 2 ? 1 : 0;
+  CHECK_OK(mydevSetDevice(device));
+  void* mine = nullptr;
+  void* other = nullptr;
+  CHECK_OK(mydevMalloc(&mine, 10000));
+  CHECK_OK(mydevMalloc(&other, 20000));
+  CHECK_OK(mydevMemsetAsync(other, 7, 20000, nullptr));
+  struct Running {
+    Latch latch;
+    void* dev;
+  };
+  static Running running;  // the kernel never finishes; outlives main's frames
+  running.dev = mine;
+  CHECK_OK(mydevLaunchHostFunc(nullptr, [](void* p) {
+    auto* r = static_cast<Running*>(p);
+    auto* k = static_cast<unsigned char*>(mydevKernelAddress(r->dev));
+    for (int i = 0; i < 10000; ++i) k[i] = static_cast<unsigned char>(i);
+    return latchKernel(&r->latch);  // spins until released: never
+  }, &running));
+  running.latch.waitStarted();
+  unsigned char* base = static_cast<unsigned char*>(which == "same" ? mine : other);
+  volatile unsigned char* target = base + 5000;
+  std::printf("kernel running; device %d address %p\n", device, const_cast<unsigned char*>(target));
+  std::fflush(stdout);
+  unsigned char v = *target;  // must not return
+  std::printf("read %d without faulting\n", v);
+  return 3;
+}
+
+// A launched function that dereferences a device address (forgetting
+// mydevKernelAddress) faults with the same report.
+int runStrictFaultInKernel() {
+  if (!mydevStrictMode()) return 2;
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, 3000));
+  std::printf("device 0 address %p\n", static_cast<void*>(static_cast<char*>(d) + 100));
+  std::fflush(stdout);
+  CHECK_OK(mydevLaunchHostFunc(nullptr, [](void* p) {
+    static_cast<volatile unsigned char*>(p)[100] = 1;  // must not return
+    return 0;
+  }, d));
+  mydevDeviceSynchronize();
+  std::printf("kernel wrote without faulting\n");
+  return 3;
+}
+
 int runStrictOtherSegv() {
   if (!mydevStrictMode()) return 2;
   void* d = nullptr;
@@ -2679,6 +2974,7 @@ int runAll() {
   testPinnedMemory();
   testPointerAttributes();
   testCopiesRoundTrip();
+  testKernelAddresses();
   testCopyValidation();
   testStreams();
   testLaunch();
@@ -2713,6 +3009,8 @@ int main(int argc, char** argv) {
   if (mode == "strict") return runStrict();
   if (mode == "strict-fault") return runStrictFault();
   if (mode == "strict-other-segv") return runStrictOtherSegv();
+  if (mode == "strict-fault-running") return runStrictFaultWhileRunning(argc > 2 ? argv[2] : "");
+  if (mode == "strict-fault-kernel") return runStrictFaultInKernel();
   if (mode == "fork") return runFork();
   if (mode == "exit-pending") return runExitPending();
   if (mode == "exit-stuck") return runExitStuck();
