@@ -392,8 +392,9 @@ def test_queued_host_kernels_keep_errors_at_the_call():
 def test_training_matches_cpu_with_every_eligible_host_kernel_queued():
     # MYDEV_QUEUE_MIN_ELEMENTS=0 queues host kernels of any size: the training
     # tests then exercise the queued path for the forward and backward ops.
+    # In strict mode, so a queued kernel touching a device address would abort.
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, MYDEV_QUEUE_MIN_ELEMENTS="0")
+    env = dict(os.environ, MYDEV_QUEUE_MIN_ELEMENTS="0", MYDEV_STRICT="1")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         os.path.join(here, "test_training.py")],
                        env=env, capture_output=True, text=True, timeout=600)
@@ -404,9 +405,10 @@ def test_training_matches_cpu_with_every_eligible_host_kernel_queued():
 def test_conformance_subset_holds_with_every_eligible_host_kernel_queued():
     # The OpInfo samples are small, so by default their host kernels run at the
     # call; with MYDEV_QUEUE_MIN_ELEMENTS=0 the same forward and backward checks
-    # go through the queued path (Meta kernel at the call, out= kernel on the worker).
+    # go through the queued path (Meta kernel at the call, out= kernel on the worker),
+    # in strict mode.
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, MYDEV_QUEUE_MIN_ELEMENTS="0")
+    env = dict(os.environ, MYDEV_QUEUE_MIN_ELEMENTS="0", MYDEV_STRICT="1")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
                         "test_forward or test_backward", os.path.join(here, "test_conformance.py")],
                        env=env, capture_output=True, text=True, timeout=900)

@@ -271,12 +271,13 @@ def test_strict_mode_catches_host_read_while_a_kernel_runs(python_subprocess):
         s = torch.mydev.Stream()
         with torch.mydev.stream(s):
             my_device._C._test_launch_hold(0)             # a kernel now runs on s until released
-        y = x + 1                                         # other kernels still work meanwhile
-        assert y.cpu().tolist() == [1.0, 3.0, 5.0, 7.0]
+        y = x + 1                                         # other kernels still run meanwhile
+        torch.mydev.default_stream().synchronize()        # (a host copy would wait for s too)
         print("kernels ok", flush=True)
         ctypes.string_at(x.data_ptr(), 4)
         print("host read went unnoticed", flush=True)
         my_device._C._test_release_hold()
+        assert y.cpu().tolist() == [1.0, 3.0, 5.0, 7.0]
     """
     strict = python_subprocess(code, env={"MYDEV_STRICT": "1"})
     assert "kernels ok" in strict.stdout, strict.stderr
@@ -284,6 +285,20 @@ def test_strict_mode_catches_host_read_while_a_kernel_runs(python_subprocess):
     assert strict.returncode != 0 and "mydev strict mode" in strict.stderr, strict.stderr
     lax = python_subprocess(code, env={"MYDEV_STRICT": "0"})
     assert "host read went unnoticed" in lax.stdout, lax.stderr
+
+
+def test_training_sparse_and_conformance_subset_hold_in_strict_mode():
+    # Every kernel must reach device memory at its kernel address; one that
+    # used a device address would abort the run with the strict-mode report.
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, MYDEV_STRICT="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
+                        "not test_noncontiguous and not test_out and not test_variant",
+                        os.path.join(here, "test_training.py"), os.path.join(here, "test_sparse.py"),
+                        os.path.join(here, "test_conformance.py")],
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout, r.stdout[-500:]
 
 
 def test_use_after_fork_raises(python_subprocess):

@@ -1,7 +1,8 @@
 #pragma once
 // Every kernel reaches the device through the runtime's launch entry points, on
 // the current stream, so the runtime decides when and where device memory is
-// touched (strict mode opens device pages only for launched work).
+// touched (and, inside a kernel, it is touched at kernel addresses: see
+// kernel_address).
 //
 // launch_async: the kernel is queued and runs later on the stream's worker. The
 //   task keeps what it touches valid until it has run: it holds references,
