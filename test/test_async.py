@@ -293,9 +293,31 @@ def test_queued_kernels_do_not_keep_the_callers_python_objects_alive():
     torch.testing.assert_close(c.cpu(), torch.full((16,), 2.0))
 
 
+def test_small_host_kernels_optimizer_foreach_ops_and_pooling_are_queued():
+    x = torch.randn(4, 3, 8, 8)
+    params = [torch.randn(16) for _ in range(3)]
+    d, dparams = x.to("mydev"), [p.to("mydev") for p in params]
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        c = torch.cumsum(d, dim=1)                           # 768 elements, a host kernel
+        pooled, indices = torch.nn.functional.max_pool2d(d, 2, return_indices=True)
+        torch._foreach_mul_(dparams, 0.5)                    # an optimizer's in-place foreach op
+        torch._foreach_add_(dparams, dparams, alpha=2.0)
+        assert not s.query()                                 # all queued, none run yet
+    torch.testing.assert_close(c.cpu(), torch.cumsum(x, dim=1))
+    want, want_indices = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
+    torch.testing.assert_close(pooled.cpu(), want)
+    assert torch.equal(indices.cpu(), want_indices)
+    torch._foreach_mul_(params, 0.5)
+    torch._foreach_add_(params, params, alpha=2.0)
+    for got, want in zip(dparams, params):
+        torch.testing.assert_close(got.cpu(), want)
+
+
 def test_host_kernels_on_large_tensors_are_queued():
-    # Above MYDEV_QUEUE_MIN_ELEMENTS (default 2**18 elements) host kernels with
-    # a Meta kernel and an out= overload are queued like the structured ones.
+    # Host kernels with a Meta kernel and an out= overload are queued like the
+    # structured ones (at any size, unless MYDEV_QUEUE_MIN_ELEMENTS says otherwise).
     x, w = torch.randn(1 << 19), torch.randn(512, 512)
     d, dw = x.to("mydev"), w.to("mydev")
     s = torch.mydev.default_stream()
@@ -348,8 +370,9 @@ def test_queued_kernels_read_their_inputs_as_they_were_at_the_launch():
 
 def test_meta_cache_answers_by_dtype_geometry_and_values():
     # Queued host kernels ask the Meta kernel for their output shapes once per
-    # call signature (QueuedHostKernel.cpp, MetaCache): dtype, strides, scalar
-    # values and wrapped numbers are all part of that signature.
+    # call signature (QueuedHostKernel.cpp, MetaCache): dtype, strides, integer
+    # scalar values and wrapped numbers are all part of that signature; floating
+    # values are not (they change no geometry), so the bounds below share entries.
     base = torch.randn(1 << 10, 1 << 9)
     cases = [base, base.double(), base.t(), base[:, ::2], base[1:]]
     for _ in range(2):  # the second round is answered from the cache
@@ -389,12 +412,16 @@ def test_queued_host_kernels_keep_errors_at_the_call():
     assert torch.relu(a).sum().item() == torch.relu(a.cpu()).sum().item()
 
 
-def test_training_matches_cpu_with_every_eligible_host_kernel_queued():
-    # MYDEV_QUEUE_MIN_ELEMENTS=0 queues host kernels of any size: the training
-    # tests then exercise the queued path for the forward and backward ops.
-    # In strict mode, so a queued kernel touching a device address would abort.
+EVERY_HOST_KERNEL_AT_THE_CALL = str(1 << 62)
+
+
+def test_training_matches_cpu_with_every_host_kernel_run_at_the_call():
+    # Eligible host kernels are queued at any size by default; a large
+    # MYDEV_QUEUE_MIN_ELEMENTS runs them all at the call instead, so the
+    # training tests exercise that path too. In strict mode, so a kernel
+    # touching a device address would abort.
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, MYDEV_QUEUE_MIN_ELEMENTS="0", MYDEV_STRICT="1")
+    env = dict(os.environ, MYDEV_QUEUE_MIN_ELEMENTS=EVERY_HOST_KERNEL_AT_THE_CALL, MYDEV_STRICT="1")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         os.path.join(here, "test_training.py")],
                        env=env, capture_output=True, text=True, timeout=600)
@@ -402,13 +429,12 @@ def test_training_matches_cpu_with_every_eligible_host_kernel_queued():
     assert " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-500:]
 
 
-def test_conformance_subset_holds_with_every_eligible_host_kernel_queued():
-    # The OpInfo samples are small, so by default their host kernels run at the
-    # call; with MYDEV_QUEUE_MIN_ELEMENTS=0 the same forward and backward checks
-    # go through the queued path (Meta kernel at the call, out= kernel on the worker),
-    # in strict mode.
+def test_conformance_subset_holds_with_every_host_kernel_run_at_the_call():
+    # By default the OpInfo checks go through the queued path (Meta kernel at
+    # the call, out= kernel on the worker); this runs the forward and backward
+    # ones again with every host kernel run at the call, in strict mode.
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, MYDEV_QUEUE_MIN_ELEMENTS="0", MYDEV_STRICT="1")
+    env = dict(os.environ, MYDEV_QUEUE_MIN_ELEMENTS=EVERY_HOST_KERNEL_AT_THE_CALL, MYDEV_STRICT="1")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
                         "test_forward or test_backward", os.path.join(here, "test_conformance.py")],
                        env=env, capture_output=True, text=True, timeout=900)

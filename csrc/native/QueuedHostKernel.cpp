@@ -13,12 +13,16 @@
 // out= overload, and calls whose Meta kernel fails stay on the inline path,
 // which reproduces the CPU's own behaviour and error messages.
 //
-// So do small calls. Most of torch 2.13's Meta kernels are Python functions
-// (torch/_meta_registrations.py overrides the C++ ones), costing tens of
-// microseconds and the GIL: worth it only when the kernel itself is long, and
-// the overlap of host and device work then pays. MYDEV_QUEUE_MIN_ELEMENTS sets
-// the size (the elements of all tensor arguments together) from which calls
-// are queued; 0 queues every eligible call, which the tests use.
+// Eligible calls are queued at any size. Most of torch 2.13's Meta kernels are
+// Python functions (torch/_meta_registrations.py overrides the C++ ones),
+// costing 10-550 us a call, so their answers are cached by call signature
+// (MetaCache); a training loop then runs each one once. Queueing small calls
+// costs about a microsecond more per op than running them at the call, but
+// every op run at the call first waits for the stream's queue to drain, so
+// mixing the two costs more: the demo's training step measured 1.26-1.59x CPU
+// with calls under 2^18 elements at the call, 0.98-1.02x with all queued.
+// MYDEV_QUEUE_MIN_ELEMENTS (the elements of all tensor arguments together)
+// sets a size below which calls run at the call instead.
 #include "QueuedHostKernel.h"
 
 #include <ATen/EmptyTensor.h>
@@ -43,7 +47,10 @@ namespace {
 
 constexpr c10::DeviceType kCPU = c10::DeviceType::CPU;
 
-enum class Kind { Inline, Functional, InPlace };
+// Functional: outputs allocated at the call, the out= overload queued.
+// InPlace: `self_` written and returned. InPlaceList: a foreach op writing its
+// first argument, a Tensor[], and returning nothing.
+enum class Kind { Inline, Functional, InPlace, InPlaceList };
 
 // What the Meta kernel says of a call: each output's geometry and dtype.
 struct OutputSpec {
@@ -57,16 +64,19 @@ struct OutputSpec {
 // dtypes, geometries and non-tensor values, so a training loop, which repeats
 // the same calls, asks each signature once. Calls whose Meta kernel raised are
 // not cached, so their errors are raised every time.
+// An entry without specs is a call that stays inline (an optional output the
+// call does not ask for, which an out= overload cannot leave out).
+using Specs = std::optional<std::vector<OutputSpec>>;
 class MetaCache {
  public:
-  bool find(const std::string& key, std::vector<OutputSpec>& out) {
+  bool find(const std::string& key, Specs& out) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
     if (it == map_.end()) return false;
     out = it->second;
     return true;
   }
-  void insert(std::string key, std::vector<OutputSpec> specs) {
+  void insert(std::string key, Specs specs) {
     std::lock_guard<std::mutex> lock(mu_);
     if (map_.size() >= kMaxEntries) map_.clear();  // shapes that keep changing: start over
     map_.emplace(std::move(key), std::move(specs));
@@ -75,7 +85,7 @@ class MetaCache {
  private:
   static constexpr size_t kMaxEntries = 512;
   std::mutex mu_;
-  std::unordered_map<std::string, std::vector<OutputSpec>> map_;
+  std::unordered_map<std::string, Specs> map_;
 };
 
 struct Plan {
@@ -120,6 +130,13 @@ const std::unordered_set<std::string>& queueable() {
              "avg_pool2d", "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
              "upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d",
              "upsample_bilinear2d_backward",
+             // max pooling (its backward takes int64 `indices`). Not native_batch_norm:
+             // in eval mode its Meta kernel gives save_mean a shape the CPU kernel does not.
+             "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+             // the foreach arithmetic of optimizers, in place
+             "_foreach_add", "_foreach_sub", "_foreach_mul", "_foreach_div", "_foreach_addcmul",
+             "_foreach_addcdiv", "_foreach_lerp", "_foreach_sqrt", "_foreach_neg", "_foreach_maximum",
+             "_foreach_clamp_min", "_foreach_clamp_max", "_foreach_zero", "_foreach_exp", "_foreach_sign",
              // filling and shaping copies
              "fill", "zero", "tril", "triu", "flip", "roll"}) {
       n.insert(std::string("aten::") + base);
@@ -150,7 +167,8 @@ std::optional<c10::OperatorHandle> find_out_overload(const c10::FunctionSchema& 
     if (cand.size() != args.size() + nouts) continue;
     bool same = true;
     for (size_t i = 0; i < args.size() && same; ++i) {
-      same = cand[i].name() == args[i].name() && *cand[i].type() == *args[i].type() && !writes(cand[i]);
+      same = cand[i].name() == args[i].name() && *cand[i].type() == *args[i].type() &&
+             writes(cand[i]) == writes(args[i]);
     }
     for (size_t i = args.size(); i < cand.size() && same; ++i) {
       same = cand[i].kwarg_only() && writes(cand[i]) && is_plain_tensor(cand[i].type());
@@ -166,16 +184,22 @@ Plan make_plan(const c10::OperatorHandle& op) {
   plan.label = schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name();
   std::string base = schema.name();
   if (base.size() > 1 && base.back() == '_' && base[base.size() - 2] != '_') base.pop_back();
-  if (!queueable().count(base) || !op.hasKernelForDispatchKey(c10::DispatchKey::Meta) ||
-      schema.returns().empty()) {
+  if (!queueable().count(base) || !op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) {
+    return plan;
+  }
+  const auto& args = schema.arguments();
+  size_t written = 0;
+  for (const auto& a : args) written += writes(a) ? 1 : 0;
+  if (schema.returns().empty()) {
+    if (written == 1 && writes(args[0]) && args[0].type()->kind() == c10::TypeKind::ListType &&
+        schema.name().back() == '_') {
+      plan.kind = Kind::InPlaceList;
+    }
     return plan;
   }
   for (const auto& r : schema.returns()) {
     if (!is_plain_tensor(r.type())) return plan;
   }
-  const auto& args = schema.arguments();
-  size_t written = 0;
-  for (const auto& a : args) written += writes(a) ? 1 : 0;
   if (written == 0) {
     for (const auto& r : schema.returns()) {
       if (r.alias_info() != nullptr) return plan;  // a view
@@ -201,7 +225,7 @@ const Plan& plan_for(const c10::OperatorHandle& op) {
 int64_t queue_min_elements() {
   static const int64_t value = [] {
     const char* v = std::getenv("MYDEV_QUEUE_MIN_ELEMENTS");
-    return v != nullptr && *v != '\0' ? std::atoll(v) : int64_t{1} << 18;
+    return v != nullptr && *v != '\0' ? std::atoll(v) : int64_t{0};
   }();
   return value;
 }
@@ -217,10 +241,13 @@ bool queueable_dtype(const at::Tensor& t) {
 }
 
 // Counts the floating tensors in `v` into `floating`; false if any tensor has
-// a dtype that is not queueable.
-bool queueable_dtypes(const c10::IValue& v, int& floating) {
+// a dtype that is not queueable. An argument named `indices` is int64 by
+// definition (max pooling's backward).
+bool queueable_dtypes(const c10::IValue& v, const c10::Argument& arg, int& floating) {
+  const bool index = arg.name() == "indices";
   auto check = [&](const at::Tensor& t) {
     if (t.defined() && t.is_floating_point()) ++floating;
+    if (index && t.defined() && t.layout() == c10::kStrided && t.scalar_type() == at::kLong) return true;
     return queueable_dtype(t);
   };
   if (v.isTensor()) return check(v.toTensor());
@@ -286,8 +313,12 @@ bool put_arg(std::string& key, const c10::IValue& v) {
   if (v.isNone() || v.isGenerator()) return put(key, 'N'), true;
   if (v.isBool()) return put(key, 'b'), put(key, v.toBool()), true;
   if (v.isInt()) return put(key, 'i'), put(key, v.toInt()), true;
-  if (v.isDouble()) return put(key, 'd'), put(key, v.toDouble()), true;
-  if (v.isComplexDouble()) return put(key, 'c'), put(key, v.toComplexDouble()), true;
+  // Floating values change no output geometry, and change every step in an
+  // optimizer's foreach calls (bias corrections, schedules): leaving them out
+  // keeps those calls cached. A value-dependent check their Meta kernel would
+  // make is still made by the CPU kernel, reported at the next synchronisation.
+  if (v.isDouble()) return put(key, 'd'), true;
+  if (v.isComplexDouble()) return put(key, 'c'), true;
   if (v.isString()) {
     const auto& str = v.toStringRef();
     put(key, 's');
@@ -330,7 +361,7 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   const size_t first = stack->size() - nargs;
   int floating = 0;
   for (size_t i = first; i < stack->size(); ++i) {
-    if (!queueable_dtypes((*stack)[i], floating)) return false;
+    if (!queueable_dtypes((*stack)[i], schema.arguments()[i - first], floating)) return false;
   }
   if (floating == 0) return false;  // all bool: not every op has bool kernels
   if (const int64_t min = queue_min_elements(); min > 0) {
@@ -358,8 +389,8 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   std::string key;
   bool cacheable = true;
   for (const c10::IValue& v : args) cacheable = cacheable && put_arg(key, v);
-  std::vector<OutputSpec> specs;
-  if (!cacheable || !plan.meta_cache->find(key, specs)) {
+  Specs answer;
+  if (!cacheable || !plan.meta_cache->find(key, answer)) {
     torch::jit::Stack meta;
     meta.reserve(nargs);
     for (const c10::IValue& v : args) meta.push_back(map_tensors(v, to_meta));
@@ -368,12 +399,19 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
     } catch (const std::exception&) {
       return false;  // the inline path reports the CPU kernel's own error, or handles the data-dependent case
     }
+    answer.emplace();
     for (const c10::IValue& r : meta) {
       const at::Tensor& m = r.toTensor();
-      specs.push_back({m.sizes().vec(), m.strides().vec(), m.scalar_type()});
+      if (!m.defined()) {
+        answer.reset();
+        break;
+      }
+      answer->push_back({m.sizes().vec(), m.strides().vec(), m.scalar_type()});
     }
-    if (cacheable) plan.meta_cache->insert(std::move(key), specs);
+    if (cacheable) plan.meta_cache->insert(std::move(key), answer);
   }
+  if (!answer) return false;
+  const std::vector<OutputSpec>& specs = *answer;
 
   std::vector<at::Tensor> outputs;
   if (plan.kind == Kind::Functional) {
@@ -410,7 +448,7 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
   if (plan.kind == Kind::Functional) {
     for (at::Tensor& out : outputs) stack->push_back(std::move(out));
-  } else {
+  } else if (plan.kind == Kind::InPlace) {
     stack->push_back(self);
   }
 
@@ -427,6 +465,9 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
         host_stack.push_back(call.to_host(out));
       }
       job->plan->out_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
+    } else if (job->plan->kind == Kind::InPlaceList) {
+      job->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
+      return;  // nothing returned; in-place foreach ops keep their tensors' geometry
     } else {
       const at::Tensor& self = job->args[0].toTensor();
       expected.emplace_back(self);
