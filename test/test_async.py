@@ -315,6 +315,27 @@ def test_small_host_kernels_optimizer_foreach_ops_and_pooling_are_queued():
         torch.testing.assert_close(got.cpu(), want)
 
 
+def test_convolution_and_its_backward_are_queued_with_errors_at_the_call():
+    conv = torch.nn.Conv2d(3, 5, 3, padding=1)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    dconv = torch.nn.Conv2d(3, 5, 3, padding=1).to("mydev")
+    dconv.load_state_dict(conv.state_dict())
+    dx = x.detach().to("mydev").requires_grad_()
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        out = dconv(dx)
+        assert out.shape == (2, 5, 8, 8) and not s.query()       # shape known at once, kernel queued
+        with pytest.raises(RuntimeError, match="expected input"):  # argument errors still come at the call
+            dconv(torch.randn(2, 4, 8, 8, device="mydev"))
+    out.sum().backward()
+    conv(x).sum().backward()
+    torch.testing.assert_close(out.cpu(), conv(x).detach())
+    torch.testing.assert_close(dx.grad.cpu(), x.grad)
+    torch.testing.assert_close(dconv.weight.grad.cpu(), conv.weight.grad)
+    torch.testing.assert_close(dconv.bias.grad.cpu(), conv.bias.grad)
+
+
 def test_host_kernels_on_large_tensors_are_queued():
     # Host kernels with a Meta kernel and an out= overload are queued like the
     # structured ones (at any size, unless MYDEV_QUEUE_MIN_ELEMENTS says otherwise).

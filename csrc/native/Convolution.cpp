@@ -2,23 +2,69 @@
 // convolution_overrideable / convolution_backward_overrideable, whose CPU
 // kernels only raise, so the generic host kernel cannot serve them: these run
 // PyTorch's CPU convolution on device memory explicitly.
+//
+// In float and double they are queued like other host kernels: the outputs are
+// allocated at the call (the forward's geometry from aten::convolution's Meta
+// kernel, which also raises argument errors there; the backward's gradients
+// are shaped like input, weight and bias), and the CPU convolution runs on the
+// worker and copies its results into them. The copy is the price of the CPU
+// convolution having no out= form. Other dtypes run at the call.
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
+#include <c10/core/MemoryFormat.h>
 #include <torch/library.h>
 
+#include "Factory.h"
 #include "HostKernel.h"
+#include "QueuedHostKernel.h"
+#include "core/KernelArgs.h"
 
 namespace my_device {
 namespace {
+
+bool queueable(const at::Tensor& input) {
+  return input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble;
+}
+
+at::Tensor convolution_at_the_call(const at::Tensor& input, const at::Tensor& weight,
+                                   const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                   c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                   c10::IntArrayRef output_padding, int64_t groups) {
+  return run_on_host(input.device().index(), [&](HostCall& call) {
+    return call.to_device(at::convolution(call.to_host(input), call.to_host(weight), call.to_host(bias), stride,
+                                          padding, dilation, transposed, output_padding, groups));
+  });
+}
 
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                                     c10::IntArrayRef output_padding, int64_t groups) {
-  return run_on_host(input.device().index(), [&](HostCall& call) {
-    return call.to_device(at::convolution(call.to_host(input), call.to_host(weight), call.to_host(bias), stride,
-                                          padding, dilation, transposed, output_padding, groups));
-  });
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+  const c10::DeviceIndex device = input.device().index();
+  std::optional<std::vector<OutputSpec>> specs;
+  if (queueable(input)) {
+    specs = meta_outputs(op, {input, weight, bias, stride, padding, dilation, transposed, output_padding, groups});
+  }
+  if (!specs) {
+    return convolution_at_the_call(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                   groups);
+  }
+  const OutputSpec& spec = specs->front();
+  at::Tensor out = empty_device(spec.sizes, spec.strides, input.options().dtype(spec.dtype));
+  KernelArgs held(device);
+  std::optional<at::Tensor> held_bias;
+  if (bias.has_value() && bias->defined()) held_bias = held.own(*bias);
+  launch_async(device, "aten::convolution",
+               [input = held.own(input), weight = held.own(weight), bias = std::move(held_bias),
+                out = held.own(out), stride = stride.vec(), padding = padding.vec(), dilation = dilation.vec(),
+                transposed, output_padding = output_padding.vec(), groups] {
+                 HostCall call(out.device().index());
+                 call.to_host(out).copy_(at::convolution(call.to_host(input), call.to_host(weight),
+                                                         call.to_host(bias), stride, padding, dilation,
+                                                         transposed, output_padding, groups));
+               });
+  return out;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
@@ -27,12 +73,46 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     int64_t groups, std::array<bool, 3> output_mask) {
   const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
   const std::vector<int64_t> bias_sizes{out_channels};
-  return run_on_host(input.device().index(), [&](HostCall& call) {
-    auto [gi, gw, gb] = at::convolution_backward(call.to_host(grad_output), call.to_host(input),
-                                                 call.to_host(weight), bias_sizes, stride, padding, dilation,
-                                                 transposed, output_padding, groups, output_mask);
-    return std::make_tuple(call.to_device(gi), call.to_device(gw), call.to_device(gb));
-  });
+  const c10::DeviceIndex device = input.device().index();
+  const bool same_dtype = grad_output.scalar_type() == input.scalar_type() &&
+                          weight.scalar_type() == input.scalar_type();
+  if (!queueable(input) || !same_dtype || grad_output.device() != input.device() ||
+      weight.device() != input.device()) {
+    return run_on_host(device, [&](HostCall& call) {
+      auto [gi, gw, gb] = at::convolution_backward(call.to_host(grad_output), call.to_host(input),
+                                                   call.to_host(weight), bias_sizes, stride, padding, dilation,
+                                                   transposed, output_padding, groups, output_mask);
+      return std::make_tuple(call.to_device(gi), call.to_device(gw), call.to_device(gb));
+    });
+  }
+  // The gradients have the shapes of what they are gradients of, in the
+  // memory format the CPU gives them (copy_ would take any other too).
+  auto like = [&](c10::IntArrayRef sizes, bool wanted, c10::MemoryFormat format) {
+    if (!wanted) return at::Tensor();
+    std::vector<int64_t> strides;  // empty: contiguous
+    if (format == c10::MemoryFormat::ChannelsLast) strides = c10::get_channels_last_strides_2d(sizes);
+    if (format == c10::MemoryFormat::ChannelsLast3d) strides = c10::get_channels_last_strides_3d(sizes);
+    return empty_device(sizes, strides, input.options());
+  };
+  at::Tensor gi = like(input.sizes(), output_mask[0], input.suggest_memory_format());
+  at::Tensor gw = like(weight.sizes(), output_mask[1], weight.suggest_memory_format());
+  at::Tensor gb = like(bias_sizes, output_mask[2], c10::MemoryFormat::Contiguous);
+  KernelArgs held(device);
+  auto own = [&](const at::Tensor& t) { return t.defined() ? held.own(t) : t; };
+  launch_async(device, "aten::convolution_backward",
+               [grad_output = held.own(grad_output), input = held.own(input), weight = held.own(weight),
+                gi = own(gi), gw = own(gw), gb = own(gb), bias_sizes, stride = stride.vec(),
+                padding = padding.vec(), dilation = dilation.vec(), transposed,
+                output_padding = output_padding.vec(), groups, output_mask] {
+                 HostCall call(input.device().index());
+                 auto [hi, hw, hb] = at::convolution_backward(
+                     call.to_host(grad_output), call.to_host(input), call.to_host(weight), bias_sizes, stride,
+                     padding, dilation, transposed, output_padding, groups, output_mask);
+                 if (gi.defined()) call.to_host(gi).copy_(hi);
+                 if (gw.defined()) call.to_host(gw).copy_(hw);
+                 if (gb.defined()) call.to_host(gb).copy_(hb);
+               });
+  return std::make_tuple(gi, gw, gb);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

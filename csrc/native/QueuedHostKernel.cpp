@@ -52,12 +52,6 @@ constexpr c10::DeviceType kCPU = c10::DeviceType::CPU;
 // first argument, a Tensor[], and returning nothing.
 enum class Kind { Inline, Functional, InPlace, InPlaceList };
 
-// What the Meta kernel says of a call: each output's geometry and dtype.
-struct OutputSpec {
-  std::vector<int64_t> sizes, strides;
-  at::ScalarType dtype;
-};
-
 // The Meta kernel's answers by call signature. The Python Meta kernels cost
 // 10-550 us a call (clamp's runs torch._refs' type promotion), more than most
 // kernels they plan; but their answer depends only on the arguments'
@@ -353,6 +347,35 @@ struct Geometry {
 
 } // namespace
 
+std::optional<std::vector<OutputSpec>> meta_outputs(const c10::OperatorHandle& op,
+                                                    const std::vector<c10::IValue>& args) {
+  const Plan& plan = plan_for(op);
+  std::string key;
+  bool cacheable = true;
+  for (const c10::IValue& v : args) cacheable = cacheable && put_arg(key, v);
+  Specs answer;
+  if (cacheable && plan.meta_cache->find(key, answer)) return answer;
+  torch::jit::Stack meta;
+  meta.reserve(args.size());
+  for (const c10::IValue& v : args) meta.push_back(map_tensors(v, to_meta));
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  } catch (const std::exception&) {
+    return std::nullopt;  // not cached: the error is raised again at every call
+  }
+  answer.emplace();
+  for (const c10::IValue& r : meta) {
+    const at::Tensor& m = r.toTensor();
+    if (!m.defined()) {
+      answer.reset();
+      break;
+    }
+    answer->push_back({m.sizes().vec(), m.strides().vec(), m.scalar_type()});
+  }
+  if (cacheable) plan.meta_cache->insert(std::move(key), answer);
+  return answer;
+}
+
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
   const Plan& plan = plan_for(op);
   if (plan.kind == Kind::Inline) return false;
@@ -385,31 +408,9 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   }
 
   // The Meta kernel (or its cached answer): shapes of the outputs, and every
-  // argument error, now.
-  std::string key;
-  bool cacheable = true;
-  for (const c10::IValue& v : args) cacheable = cacheable && put_arg(key, v);
-  Specs answer;
-  if (!cacheable || !plan.meta_cache->find(key, answer)) {
-    torch::jit::Stack meta;
-    meta.reserve(nargs);
-    for (const c10::IValue& v : args) meta.push_back(map_tensors(v, to_meta));
-    try {
-      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
-    } catch (const std::exception&) {
-      return false;  // the inline path reports the CPU kernel's own error, or handles the data-dependent case
-    }
-    answer.emplace();
-    for (const c10::IValue& r : meta) {
-      const at::Tensor& m = r.toTensor();
-      if (!m.defined()) {
-        answer.reset();
-        break;
-      }
-      answer->push_back({m.sizes().vec(), m.strides().vec(), m.scalar_type()});
-    }
-    if (cacheable) plan.meta_cache->insert(std::move(key), answer);
-  }
+  // argument error, now. (On an error the inline path reports the CPU
+  // kernel's own, or handles the data-dependent case.)
+  const Specs answer = meta_outputs(op, args);
   if (!answer) return false;
   const std::vector<OutputSpec>& specs = *answer;
 

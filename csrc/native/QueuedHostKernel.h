@@ -1,7 +1,23 @@
 #pragma once
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <optional>
+#include <vector>
+
 namespace my_device {
+
+// What the Meta kernel says of a call: each output's geometry and dtype.
+struct OutputSpec {
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype;
+};
+
+// The outputs `op`'s Meta kernel gives for the boxed arguments `args` (mydev
+// tensors stand in as Meta tensors of the same geometry), answered from a cache
+// by call signature after the first call; nullopt if it raised or left an
+// output undefined. For kernels that allocate their outputs before queueing.
+std::optional<std::vector<OutputSpec>> meta_outputs(const c10::OperatorHandle& op,
+                                                    const std::vector<c10::IValue>& args);
 
 // Queues the host kernel call on `stack` (the op's arguments) as a kernel on
 // `device`'s current stream, leaving its results on the stack, if the op and
