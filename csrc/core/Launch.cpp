@@ -13,6 +13,7 @@ std::mutex g_mutex;
 std::unordered_map<c10::DeviceIndex, std::string> g_failures;  // the first unreported failure per device
 std::string g_injected;
 std::atomic<bool> g_any_injected{false};
+std::atomic<bool> g_any_failure{false};  // g_failures is not empty
 
 // Finished tasks, a lock-free stack: workers push one at a time, host threads
 // take the whole stack at once (no pop of single nodes, so no ABA problem).
@@ -65,6 +66,19 @@ void reap_finished_kernels() {
 void record_kernel_failure(c10::DeviceIndex device, const char* label, const std::string& what) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_failures.emplace(device, std::string(label) + ": " + what);  // keeps the first
+  g_any_failure.store(true);
+}
+
+void raise_kernel_failure_after_host_read(c10::DeviceIndex device) {
+  if (!g_any_failure.load(std::memory_order_relaxed)) return;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_failures.count(device) == 0) return;
+  }
+  // The device's streams are idle already; this takes (and clears) the
+  // runtime's sticky error, and raise_runtime_error names the op.
+  RuntimeDeviceGuard on_device(device);
+  MYDEV_CHECK(mydevDeviceSynchronize());
 }
 
 std::string take_kernel_failure(c10::DeviceIndex device) {
@@ -73,6 +87,7 @@ std::string take_kernel_failure(c10::DeviceIndex device) {
   if (it == g_failures.end()) return {};
   std::string what = std::move(it->second);
   g_failures.erase(it);
+  g_any_failure.store(!g_failures.empty());
   return what;
 }
 

@@ -28,6 +28,11 @@ namespace my_device {
 // Stores the first failure of an asynchronous kernel on `device` until a
 // synchronisation reports it (raise_runtime_error takes it).
 void record_kernel_failure(c10::DeviceIndex device, const char* label, const std::string& what);
+// After a host read that waited for `device`'s streams (a synchronous copy to
+// the host, .item()): raises the failure of a kernel queued before it, as a
+// synchronisation would, since the bytes read may be the failed kernel's. As
+// cudaMemcpy returns an earlier kernel's error. Costs one atomic load if none.
+void raise_kernel_failure_after_host_read(c10::DeviceIndex device);
 // Test hook: the next launch_async whose label equals `label` fails when it runs.
 void inject_kernel_failure(const std::string& label);
 bool take_injected_failure(const char* label);

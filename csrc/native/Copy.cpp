@@ -45,6 +45,7 @@ void runtime_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
                      (non_blocking && (is_pinned_host(src) || is_pinned_host(dst)));
   if (!async) {
     MYDEV_CHECK(mydevMemcpy(dst.data_ptr(), src.data_ptr(), nbytes, kind));
+    if (kind == mydevMemcpyDeviceToHost) raise_kernel_failure_after_host_read(src.device().index());
     return;
   }
   const c10::DeviceIndex device = (is_device(dst) ? dst : src).device().index();
@@ -104,6 +105,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() > 0, "a Tensor with 0 elements cannot be converted to Scalar");
   at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
   MYDEV_CHECK(mydevMemcpy(host.data_ptr(), self.data_ptr(), self.element_size(), mydevMemcpyDeviceToHost));
+  raise_kernel_failure_after_host_read(self.device().index());
   if (self.is_conj()) host = host.conj();
   if (self.is_neg()) host = host.neg();
   return at::_local_scalar_dense(host);
