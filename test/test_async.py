@@ -307,6 +307,7 @@ def test_queued_kernels_do_not_keep_the_callers_python_objects_alive():
 
 
 def test_small_host_kernels_optimizer_foreach_ops_and_pooling_are_queued():
+    # (the foreach ops decompose into per-tensor in-place ops, each queued)
     x = torch.randn(4, 3, 8, 8)
     params = [torch.randn(16) for _ in range(3)]
     d, dparams = x.to("mydev"), [p.to("mydev") for p in params]
@@ -341,6 +342,12 @@ def test_convolution_and_its_backward_are_queued_with_errors_at_the_call():
         assert out.shape == (2, 5, 8, 8) and not s.query()       # shape known at once, kernel queued
         with pytest.raises(RuntimeError, match="expected input"):  # argument errors still come at the call
             dconv(torch.randn(2, 4, 8, 8, device="mydev"))
+        with pytest.raises(RuntimeError, match="should be the same"):  # so do dtype mixes
+            torch.nn.functional.conv2d(dx.detach(), dconv.weight.detach().double())
+        with pytest.raises(RuntimeError, match="same device"):
+            torch.nn.functional.conv2d(dx.detach(), conv.weight.detach())
+        cl = dconv(dx.detach().contiguous(memory_format=torch.channels_last))
+        assert cl.is_contiguous(memory_format=torch.channels_last)   # the CPU's layout
     out.sum().backward()
     conv(x).sum().backward()
     torch.testing.assert_close(out.cpu(), conv(x).detach())
@@ -365,6 +372,21 @@ def test_batch_norm_in_training_is_queued_and_matches_cpu_on_any_layout():
         torch.testing.assert_close(dbn.running_mean.cpu(), bn.running_mean)
         torch.testing.assert_close(dbn.running_var.cpu(), bn.running_var)
         assert queued == (inp.is_contiguous() or inp.is_contiguous(memory_format=torch.channels_last))
+
+
+def test_a_cpu_scalar_argument_is_read_at_the_launch():
+    # As CUDA reads CPU scalars when it launches a kernel.
+    a, b = torch.zeros(8, device="mydev"), torch.ones(8, device="mydev")
+    w = torch.tensor(0.5)
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        y = torch.lerp(a, b, w)
+        z = a + w
+        w.fill_(0.9)
+        assert not s.query()
+    torch.testing.assert_close(y.cpu(), torch.full((8,), 0.5))
+    torch.testing.assert_close(z.cpu(), torch.full((8,), 0.5))
 
 
 def test_cpu_batch_norm_out_still_mishandles_strided_input():

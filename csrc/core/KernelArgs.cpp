@@ -38,13 +38,22 @@ const c10::Storage* KernelArgs::lease(const c10::Storage& s) {
   return &leases_.back().second;
 }
 
+// A CPU tensor argument (a 0-dim scalar) is read at the launch, as CUDA reads
+// CPU scalars then: the caller may change it before the kernel runs.
+// Wrapped Python numbers are the dispatcher's own and cannot change.
+bool is_callers_cpu_tensor(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && !t.unsafeGetTensorImpl()->is_wrapped_number();
+}
+
 at::Tensor KernelArgs::own(const at::Tensor& t) {
+  if (is_callers_cpu_tensor(t)) return t.clone();
   if (!is_plain_device_tensor(t)) return t;
   const c10::Storage* leased = lease(t.storage());
   return leased != nullptr ? over(*leased, t) : kernel_handle(t);
 }
 
 at::Tensor KernelArgs::share(const at::Tensor& t) {
+  if (is_callers_cpu_tensor(t)) return t.clone();
   if (!is_plain_device_tensor(t)) return t;
   if (const c10::Storage* leased = lease(t.storage())) return over(*leased, t);
   shared_.push_back(t.storage());

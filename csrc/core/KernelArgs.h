@@ -46,7 +46,9 @@ class KernelArgs {
     return device_;
   }
   // `t` under a TensorImpl of its own (see kernel_handle), over a leased
-  // storage when it can be leased. Non-mydev tensors are returned as they are.
+  // storage when it can be leased. A CPU tensor (a 0-dim scalar argument) is
+  // copied, to be read as it is at the launch; wrapped numbers are returned
+  // as they are.
   at::Tensor own(const at::Tensor& t);
   // `t` itself unless its storage can be leased, then as own(): for jobs that
   // need no TensorImpl of their own (a TensorIterator records its operands'

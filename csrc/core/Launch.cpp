@@ -70,13 +70,16 @@ void record_kernel_failure(c10::DeviceIndex device, const char* label, const std
 }
 
 void raise_kernel_failure_after_host_read(c10::DeviceIndex device) {
-  if (!g_any_failure.load(std::memory_order_relaxed)) return;
+  // Inside a kernel the copy waited for nothing, and waiting here could deadlock.
+  if (!g_any_failure.load(std::memory_order_relaxed) || in_kernel()) return;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (g_failures.count(device) == 0) return;
   }
-  // The device's streams are idle already; this takes (and clears) the
-  // runtime's sticky error, and raise_runtime_error names the op.
+  // The streams the read waited for are idle; this takes (and clears) the
+  // device's sticky errors and raise_runtime_error names the op. As with CUDA's
+  // device-wide sticky errors, a failure of work another thread launched since
+  // may be the one reported here.
   RuntimeDeviceGuard on_device(device);
   MYDEV_CHECK(mydevDeviceSynchronize());
 }

@@ -26,6 +26,33 @@ bool queueable(const at::Tensor& input) {
   return input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble;
 }
 
+// The Meta kernel checks neither of these, so the call path's CPU kernel must,
+// at the call: a dtype mix raises there. Another device is rejected here, as
+// CUDA rejects it, rather than read from the worker.
+bool same_dtype_and_device(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  for (const at::Tensor* t : {&weight, bias.has_value() ? &*bias : nullptr}) {
+    if (t == nullptr || !t->defined()) continue;
+    TORCH_CHECK(t->device() == input.device(), "Expected all tensors to be on the same device, but found at least "
+                "two devices, ", input.device(), " and ", t->device(), "!");
+    if (t->scalar_type() != input.scalar_type()) return false;
+  }
+  return true;
+}
+
+// The CPU convolution's output layout: channels-last if the input or the
+// weight is (Meta kernels always answer contiguous).
+std::vector<int64_t> output_strides(const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef sizes,
+                                    c10::IntArrayRef meta_strides) {
+  for (const at::Tensor* t : {&input, &weight}) {
+    const auto format = t->suggest_memory_format();
+    if (format == c10::MemoryFormat::ChannelsLast && sizes.size() == 4) return c10::get_channels_last_strides_2d(sizes);
+    if (format == c10::MemoryFormat::ChannelsLast3d && sizes.size() == 5) {
+      return c10::get_channels_last_strides_3d(sizes);
+    }
+  }
+  return meta_strides.vec();
+}
+
 at::Tensor convolution_at_the_call(const at::Tensor& input, const at::Tensor& weight,
                                    const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
@@ -43,7 +70,7 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
   const c10::DeviceIndex device = input.device().index();
   std::optional<std::vector<OutputSpec>> specs;
-  if (queueable(input)) {
+  if (same_dtype_and_device(input, weight, bias) && queueable(input)) {
     specs = meta_outputs(op, {input, weight, bias, stride, padding, dilation, transposed, output_padding, groups});
   }
   if (!specs) {
@@ -51,7 +78,8 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                    groups);
   }
   const OutputSpec& spec = specs->front();
-  at::Tensor out = empty_device(spec.sizes, spec.strides, input.options().dtype(spec.dtype));
+  at::Tensor out = empty_device(spec.sizes, output_strides(input, weight, spec.sizes, spec.strides),
+                                input.options().dtype(spec.dtype));
   KernelArgs held(device);
   std::optional<at::Tensor> held_bias;
   if (bias.has_value() && bias->defined()) held_bias = held.own(*bias);

@@ -28,6 +28,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -48,9 +49,8 @@ namespace {
 constexpr c10::DeviceType kCPU = c10::DeviceType::CPU;
 
 // Functional: outputs allocated at the call, the out= overload queued.
-// InPlace: `self_` written and returned. InPlaceList: a foreach op writing its
-// first argument, a Tensor[], and returning nothing.
-enum class Kind { Inline, Functional, InPlace, InPlaceList };
+// InPlace: `self_` written and returned.
+enum class Kind { Inline, Functional, InPlace };
 
 // The Meta kernel's answers by call signature. The Python Meta kernels cost
 // 10-550 us a call (clamp's runs torch._refs' type promotion), more than most
@@ -125,13 +125,9 @@ const std::unordered_set<std::string>& queueable() {
              "upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d",
              "upsample_bilinear2d_backward",
              // max pooling (its backward takes int64 `indices`); batch norm in training
-             // mode (see agrees_with_cpu)
+             // mode (see agrees_with_cpu). (The optimizers' _foreach_ ops need no entry:
+             // they have no CPU kernel, and decompose into per-tensor ops queued here.)
              "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "native_batch_norm",
-             "native_batch_norm_backward",
-             // the foreach arithmetic of optimizers, in place
-             "_foreach_add", "_foreach_sub", "_foreach_mul", "_foreach_div", "_foreach_addcmul",
-             "_foreach_addcdiv", "_foreach_lerp", "_foreach_sqrt", "_foreach_neg", "_foreach_maximum",
-             "_foreach_clamp_min", "_foreach_clamp_max", "_foreach_zero", "_foreach_exp", "_foreach_sign",
              // filling and shaping copies
              "fill", "zero", "tril", "triu", "flip", "roll"}) {
       n.insert(std::string("aten::") + base);
@@ -152,6 +148,11 @@ bool agrees_with_cpu(const c10::FunctionSchema& schema, const torch::jit::Stack&
   if (schema.name() != "aten::native_batch_norm") return true;
   const auto training = schema.argumentIndexWithName("training");
   const at::Tensor& input = stack[first].toTensor();
+  // (and the Meta decomposition promotes mixed dtypes, which the CPU kernel rejects)
+  for (size_t i = 1; i <= 4; ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().scalar_type() != input.scalar_type()) return false;
+  }
   return training && stack[first + *training].toBool() &&
          (input.is_contiguous() || input.is_contiguous(at::MemoryFormat::ChannelsLast) ||
           input.is_contiguous(at::MemoryFormat::ChannelsLast3d));
@@ -201,13 +202,7 @@ Plan make_plan(const c10::OperatorHandle& op) {
   const auto& args = schema.arguments();
   size_t written = 0;
   for (const auto& a : args) written += writes(a) ? 1 : 0;
-  if (schema.returns().empty()) {
-    if (written == 1 && writes(args[0]) && args[0].type()->kind() == c10::TypeKind::ListType &&
-        schema.name().back() == '_') {
-      plan.kind = Kind::InPlaceList;
-    }
-    return plan;
-  }
+  if (schema.returns().empty()) return plan;
   for (const auto& r : schema.returns()) {
     if (!is_plain_tensor(r.type())) return plan;
   }
@@ -304,6 +299,13 @@ void put_ints(std::string& key, c10::IntArrayRef values) {
   key.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
 }
 
+// What value checks can tell apart: NaN, -inf, negative, zero, positive, +inf.
+uint8_t value_class(double x) {
+  if (std::isnan(x)) return 0;
+  if (std::isinf(x)) return x < 0 ? 1 : 5;
+  return x < 0 ? 2 : x == 0 ? 3 : 4;
+}
+
 // Appends what the Meta kernel can see of `v` to `key`; false for a kind of
 // argument it does not know how to describe (the call is then not cached).
 bool put_arg(std::string& key, const c10::IValue& v) {
@@ -325,10 +327,10 @@ bool put_arg(std::string& key, const c10::IValue& v) {
   if (v.isBool()) return put(key, 'b'), put(key, v.toBool()), true;
   if (v.isInt()) return put(key, 'i'), put(key, v.toInt()), true;
   // Floating values change no output geometry, and change every step in an
-  // optimizer's foreach calls (bias corrections, schedules): leaving them out
-  // keeps those calls cached. A value-dependent check their Meta kernel would
-  // make is still made by the CPU kernel, reported at the next synchronisation.
-  if (v.isDouble()) return put(key, 'd'), true;
+  // optimizer (learning-rate schedules, bias corrections): only their class is
+  // kept, which is what Meta kernels' value checks look at (a negative beta,
+  // an infinite norm order), so those calls stay cached.
+  if (v.isDouble()) return put(key, 'd'), put(key, value_class(v.toDouble())), true;
   if (v.isComplexDouble()) return put(key, 'c'), true;
   if (v.isString()) {
     const auto& str = v.toStringRef();
@@ -467,7 +469,7 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
   if (plan.kind == Kind::Functional) {
     for (at::Tensor& out : outputs) stack->push_back(std::move(out));
-  } else if (plan.kind == Kind::InPlace) {
+  } else {
     stack->push_back(self);
   }
 
@@ -484,9 +486,6 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
         host_stack.push_back(call.to_host(out));
       }
       job->plan->out_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
-    } else if (job->plan->kind == Kind::InPlaceList) {
-      job->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
-      return;  // nothing returned; in-place foreach ops keep their tensors' geometry
     } else {
       const at::Tensor& self = job->args[0].toTensor();
       expected.emplace_back(self);
