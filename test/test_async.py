@@ -374,6 +374,23 @@ def test_batch_norm_in_training_is_queued_and_matches_cpu_on_any_layout():
         assert queued == (inp.is_contiguous() or inp.is_contiguous(memory_format=torch.channels_last))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reduced_precision_host_kernels_are_queued_once_their_cpu_kernel_ran(dtype):
+    # Not every CPU kernel has half/bfloat16 loops, and a missing one must fail
+    # at the call: the first call of a dtype signature runs there, later ones queue.
+    x = torch.randn(64, 64).to(dtype)
+    d = x.to("mydev")
+    s = torch.mydev.default_stream()
+    queued = []
+    for _ in range(3):
+        torch.mydev.synchronize()
+        with delayed(s, us=20_000):
+            y = torch.cumsum(d, 1, dtype=dtype)
+            queued.append(not s.query())
+        assert torch.equal(y.cpu(), torch.cumsum(x, 1, dtype=dtype))
+    assert queued[1:] == [True, True]
+
+
 def test_a_cpu_scalar_argument_is_read_at_the_launch():
     # As CUDA reads CPU scalars when it launches a kernel.
     a, b = torch.zeros(8, device="mydev"), torch.ones(8, device="mydev")

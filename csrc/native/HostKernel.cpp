@@ -349,6 +349,7 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
       }
     }
   });
+  confirm_queueable_dtypes();
 }
 
 } // namespace my_device

@@ -82,11 +82,30 @@ class MetaCache {
   std::unordered_map<std::string, Specs> map_;
 };
 
+// Dtype signatures (the scalar types of a call's tensors, in order) whose CPU
+// kernel is known to exist: see queueable_dtype.
+class VerifiedDtypes {
+ public:
+  bool contains(const std::string& signature) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return set_.count(signature) != 0;
+  }
+  void insert(std::string signature) {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_.insert(std::move(signature));
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<std::string> set_;
+};
+
 struct Plan {
   Kind kind = Kind::Inline;
   std::optional<c10::OperatorHandle> out_op;  // Functional: the out= overload
   std::string label;                          // "aten::name.overload", for failure reports
   std::unique_ptr<MetaCache> meta_cache = std::make_unique<MetaCache>();
+  std::unique_ptr<VerifiedDtypes> verified = std::make_unique<VerifiedDtypes>();
 };
 
 // The ops that may be queued, by base name: families whose output shapes
@@ -148,6 +167,8 @@ bool agrees_with_cpu(const c10::FunctionSchema& schema, const torch::jit::Stack&
   if (schema.name() != "aten::native_batch_norm") return true;
   const auto training = schema.argumentIndexWithName("training");
   const at::Tensor& input = stack[first].toTensor();
+  // (in half and bfloat16 the out= kernel rejects the float statistics it is given)
+  if (input.scalar_type() != at::kFloat && input.scalar_type() != at::kDouble) return false;
   // (and the Meta decomposition promotes mixed dtypes, which the CPU kernel rejects)
   for (size_t i = 1; i <= 4; ++i) {
     const c10::IValue& v = stack[first + i];
@@ -238,13 +259,24 @@ int64_t queue_min_elements() {
 
 // Which dtypes a CPU kernel supports is only known when it runs, and an
 // unsupported one must be reported at the call. Every op in queueable() has
-// float and double kernels (bool for masks and conditions).
+// float and double kernels (bool for masks and conditions). Half and
+// bfloat16 kernels most have, not all: a call in those dtypes runs at the call
+// until one with the same dtype signature has run there without error
+// (confirm_queueable_dtypes), and is queued from then on.
 bool queueable_dtype(const at::Tensor& t) {
   if (!t.defined()) return true;
   if (t.layout() != c10::kStrided) return false;  // sparse: no Meta kernels to plan with
   const auto d = t.scalar_type();
-  return d == at::kFloat || d == at::kDouble || d == at::kBool;
+  return d == at::kFloat || d == at::kDouble || d == at::kBool || d == at::kHalf || d == at::kBFloat16;
 }
+
+bool reduced_precision(const at::Tensor& t) {
+  return t.defined() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
+}
+
+// The call waiting for its first run at the call to confirm its dtypes.
+thread_local const Plan* tls_unconfirmed_plan = nullptr;
+thread_local std::string tls_unconfirmed_signature;
 
 // Counts the floating tensors in `v` into `floating`; false if any tensor has
 // a dtype that is not queueable. An argument named `indices` is int64 by
@@ -366,6 +398,12 @@ struct Geometry {
 
 } // namespace
 
+void confirm_queueable_dtypes() {
+  if (tls_unconfirmed_plan == nullptr) return;
+  tls_unconfirmed_plan->verified->insert(std::move(tls_unconfirmed_signature));
+  tls_unconfirmed_plan = nullptr;
+}
+
 std::optional<std::vector<OutputSpec>> meta_outputs(const c10::OperatorHandle& op,
                                                     const std::vector<c10::IValue>& args) {
   const Plan& plan = plan_for(op);
@@ -396,6 +434,7 @@ std::optional<std::vector<OutputSpec>> meta_outputs(const c10::OperatorHandle& o
 }
 
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
+  tls_unconfirmed_plan = nullptr;  // (an earlier call's run at the call failed)
   const Plan& plan = plan_for(op);
   if (plan.kind == Kind::Inline) return false;
   const auto& schema = op.schema();
@@ -406,6 +445,22 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
     if (!queueable_dtypes((*stack)[i], schema.arguments()[i - first], floating)) return false;
   }
   if (floating == 0) return false;  // all bool: not every op has bool kernels
+  {
+    bool reduced = false;
+    std::string signature;
+    for (size_t i = first; i < stack->size(); ++i) {
+      map_tensors((*stack)[i], [&](const at::Tensor& t) {
+        reduced = reduced || reduced_precision(t);
+        signature.push_back(t.defined() ? static_cast<char>(t.scalar_type()) : '-');
+        return t;
+      });
+    }
+    if (reduced && !plan.verified->contains(signature)) {
+      tls_unconfirmed_plan = &plan;
+      tls_unconfirmed_signature = std::move(signature);
+      return false;
+    }
+  }
   if (!agrees_with_cpu(schema, *stack, first)) return false;
   if (const int64_t min = queue_min_elements(); min > 0) {
     int64_t n = 0;

@@ -24,5 +24,9 @@ std::optional<std::vector<OutputSpec>> meta_outputs(const c10::OperatorHandle& o
 // the call allow it (see QueuedHostKernel.cpp). Returns false, with the stack
 // untouched, when the call must run in stream order now instead.
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
+// Call after the host kernel that queue_host_kernel just declined ran at the
+// call without error: its dtypes (half, bfloat16) are then known to have a CPU
+// kernel, and later calls with them are queued.
+void confirm_queueable_dtypes();
 
 } // namespace my_device
