@@ -206,17 +206,19 @@ def test_runtime_suite_in_strict_mode(runtime_test):
     assert_passed(run(runtime_test, env={"MYDEV_STRICT": "1", "MYDEV_MEMORY_LIMIT": "256M"}))
 
 
-def test_strict_mode_host_access_aborts_with_report(runtime_test):
-    result = run(runtime_test, "strict-fault", env={"MYDEV_STRICT": "1"})
+def assert_strict_fault_report(result, printed, allocation, tail=" outside a runtime copy or kernel launch"):
+    """The case aborted with strict mode's report for the address it printed after `printed`."""
     assert result.returncode == -signal.SIGABRT, (result.returncode, result.stdout, result.stderr)
-    address = re.search(r"device 1 address (0x[0-9a-f]+)", result.stdout)
+    address = re.search(printed + r" address (0x[0-9a-f]+)", result.stdout)
     assert address, result.stdout
-    expected = (
-        f"mydev strict mode: host code accessed device memory at {address.group(1)} "
-        "(mydev:1 allocation of 10000 bytes) outside a runtime copy or kernel launch"
-    )
+    expected = f"mydev strict mode: host code accessed device memory at {address.group(1)} ({allocation}){tail}"
     assert expected in result.stderr, result.stderr
     assert "without faulting" not in result.stdout
+
+
+def test_strict_mode_host_access_aborts_with_report(runtime_test):
+    result = run(runtime_test, "strict-fault", env={"MYDEV_STRICT": "1"})
+    assert_strict_fault_report(result, "device 1", "mydev:1 allocation of 10000 bytes")
 
 
 @pytest.mark.parametrize("which, size", [("same", 10000), ("other", 20000)])
@@ -226,30 +228,14 @@ def test_strict_mode_host_access_while_a_kernel_runs_aborts_with_report(runtime_
     # address: of that allocation, or of another. Launched functions no longer
     # open device memory for everyone, so the read is caught.
     result = run(runtime_test, "strict-fault-running", which, env={"MYDEV_STRICT": "1"})
-    assert result.returncode == -signal.SIGABRT, (result.returncode, result.stdout, result.stderr)
-    address = re.search(r"kernel running; device 1 address (0x[0-9a-f]+)", result.stdout)
-    assert address, result.stdout
-    expected = (
-        f"mydev strict mode: host code accessed device memory at {address.group(1)} "
-        f"(mydev:1 allocation of {size} bytes) outside a runtime copy or kernel launch"
-    )
-    assert expected in result.stderr, result.stderr
-    assert "without faulting" not in result.stdout
+    assert_strict_fault_report(result, "kernel running; device 1", f"mydev:1 allocation of {size} bytes")
 
 
 def test_strict_mode_kernel_using_a_device_address_aborts_with_report(runtime_test):
     # Launched functions must go through mydevKernelAddress; dereferencing the
     # device address itself is reported like any host access.
     result = run(runtime_test, "strict-fault-kernel", env={"MYDEV_STRICT": "1"})
-    assert result.returncode == -signal.SIGABRT, (result.returncode, result.stdout, result.stderr)
-    address = re.search(r"device 0 address (0x[0-9a-f]+)", result.stdout)
-    assert address, result.stdout
-    expected = (
-        f"mydev strict mode: host code accessed device memory at {address.group(1)} "
-        "(mydev:0 allocation of 3000 bytes)"
-    )
-    assert expected in result.stderr, result.stderr
-    assert "without faulting" not in result.stdout
+    assert_strict_fault_report(result, "device 0", "mydev:0 allocation of 3000 bytes", tail="")
 
 
 def test_strict_mode_leaves_other_segfaults_alone(runtime_test):
