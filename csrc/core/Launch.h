@@ -71,6 +71,10 @@ KernelContext kernel_context(c10::DeviceIndex device);
 // mode a device address is inaccessible to all host code, kernels included,
 // so that a host read faults whatever kernels are running (mydev_runtime.h);
 // outside strict mode the two are the same.
+inline bool strict_mode() {
+  static const bool strict = mydevStrictMode() != 0;  // fixed at runtime start-up
+  return strict;
+}
 template <class T>
 T* kernel_address(T* ptr) {
   return static_cast<T*>(mydevKernelAddress(ptr));

@@ -153,7 +153,10 @@ inline void check_same_device(const char* op,
 // operator on host views, for the mixed-dtype case.
 // A TensorIterator records its operands' data pointers, at their device
 // addresses, when it is built; the kernel reaches them at their kernel addresses.
+// Outside strict mode the addresses are equal, and rewriting them anyway would
+// dirty the job's cache lines on the worker, for the host to fetch back.
 inline void use_kernel_addresses(at::TensorIteratorBase& iter) {
+  if (!strict_mode()) return;
   for (int i = 0; i < iter.ntensors(); ++i) iter.unsafe_replace_operand(i, kernel_address(iter.data_ptr(i)));
 }
 

@@ -165,6 +165,8 @@ const Config& config() {
 
 mydevError_t ensureInitialized() {
   if (inPoisonedChild()) return mydevErrorInitializationError;
+  // Every entry point passes here; call_once alone costs a TLS lookup and a call.
+  if (g_initialized.load(std::memory_order_acquire)) return mydevSuccess;
   std::call_once(g_init_once, initialise);
   return mydevSuccess;
 }

@@ -8,10 +8,12 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace mydev_detail {
 
@@ -106,8 +108,26 @@ struct Task {
   static constexpr size_t kLabelCapacity = MYDEV_MAX_LABEL_LENGTH + 1;
   char label[kLabelCapacity];  // NUL-terminated; "" unless set
 
-  Task() { label[0] = '\0'; }
   BlockingWait* waiter = nullptr;       // MYDEV_LAUNCH_BLOCKING submitter, or inline gate caller
+
+  Task() { label[0] = '\0'; }
+  // Moves copy the label up to its terminator: the implicit move copied all
+  // of its bytes one at a time, the largest single cost of a launch's enqueue.
+  Task(Task&& other) noexcept { *this = std::move(other); }
+  Task& operator=(Task&& other) noexcept {
+    kind = other.kind;
+    value = other.value;
+    fn = other.fn;
+    ptr = other.ptr;
+    src = other.src;
+    count = other.count;
+    marker = std::move(other.marker);
+    waiter = other.waiter;
+    std::memcpy(label, other.label, std::strlen(other.label) + 1);
+    return *this;
+  }
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
 };
 
 void initDefaultStreams();

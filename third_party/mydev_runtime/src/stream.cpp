@@ -80,7 +80,9 @@ class TaskRing {
     ++count_;
   }
   void pop_front() {
-    slots_[head_] = Task();  // drops what the task held (an event marker)
+    Task& done = slots_[head_];
+    done.marker.reset();  // what the task held
+    done.waiter = nullptr;
     head_ = (head_ + 1) % slots_.size();
     --count_;
   }
