@@ -1,9 +1,11 @@
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+import torch
 
 import my_device  # noqa: F401  (registers the device for every test module)
 
@@ -23,3 +25,18 @@ def run_python(code: str, env: dict = None, timeout: float = 120) -> subprocess.
 @pytest.fixture
 def python_subprocess():
     return run_python
+
+
+DELAY_US = 150_000
+
+
+@contextlib.contextmanager
+def delayed(stream, us=DELAY_US):
+    """Holds back `stream`'s worker `us` before each task (a test hook), so that
+    whether work was queued shows in `stream.query()`, not in timings."""
+    my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, us)
+    try:
+        yield stream
+    finally:
+        my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, 0)
+        stream.synchronize()

@@ -3,7 +3,6 @@ errors reported at the next synchronisation, and memory kept alive until kernels
 
 Asynchrony is made observable with a test hook that delays a stream's worker
 before each task; nothing here asserts on timings."""
-import contextlib
 import gc
 import os
 import subprocess
@@ -13,18 +12,7 @@ import pytest
 import torch
 
 import my_device
-
-DELAY_US = 150_000
-
-
-@contextlib.contextmanager
-def delayed(stream, us=DELAY_US):
-    my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, us)
-    try:
-        yield stream
-    finally:
-        my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, 0)
-        stream.synchronize()
+from conftest import delayed
 
 
 def test_launch_returns_before_the_kernel_ran_and_sync_waits():
@@ -356,22 +344,52 @@ def test_convolution_and_its_backward_are_queued_with_errors_at_the_call():
     torch.testing.assert_close(dconv.bias.grad.cpu(), conv.bias.grad)
 
 
-def test_batch_norm_in_training_is_queued_and_matches_cpu_on_any_layout():
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_is_queued_and_matches_cpu_on_any_layout(training):
     x = torch.randn(4, 3, 6, 6)
-    bn = torch.nn.BatchNorm2d(3)
-    dbn = torch.nn.BatchNorm2d(3).to("mydev")
+    bn = torch.nn.BatchNorm2d(3).train(training)
+    dbn = torch.nn.BatchNorm2d(3).to("mydev").train(training)
     s = torch.mydev.default_stream()
-    for inp in (x, x.contiguous(memory_format=torch.channels_last), x[..., ::2]):
-        d = inp.to("mydev") if inp.is_contiguous() or inp.is_contiguous(memory_format=torch.channels_last) \
-            else x.to("mydev")[..., ::2]
+    for inp, d in ((x, x.to("mydev")),
+                   (x.contiguous(memory_format=torch.channels_last),
+                    x.to("mydev").contiguous(memory_format=torch.channels_last)),
+                   (x[..., ::2], x.to("mydev")[..., ::2])):
         torch.mydev.synchronize()
         with delayed(s):
             got = dbn(d)
-            queued = not s.query()
+            assert not s.query()
         torch.testing.assert_close(got.cpu(), bn(inp))
         torch.testing.assert_close(dbn.running_mean.cpu(), bn.running_mean)
         torch.testing.assert_close(dbn.running_var.cpu(), bn.running_var)
-        assert queued == (inp.is_contiguous() or inp.is_contiguous(memory_format=torch.channels_last))
+    # The statistics outputs as the CPU gives them: empty in eval mode, float
+    # for a half input with float parameters.
+    for dtype in (torch.float32, torch.float16):
+        args = [torch.randn(2), torch.randn(2), torch.zeros(2), torch.ones(2)]
+        xin = torch.randn(3, 2, 4, 4).to(dtype)
+        want = torch.native_batch_norm(xin, *args, training, 0.1, 1e-5)
+        got = torch.native_batch_norm(xin.to("mydev"), *[a.to("mydev") for a in args], training, 0.1, 1e-5)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            torch.testing.assert_close(g.cpu(), w)
+    with pytest.raises(RuntimeError, match="mixed dtype"):     # the CPU kernel's error, at the call
+        torch.native_batch_norm(x.double().to("mydev"), *[a.to("mydev") for a in args], training, 0.1, 1e-5)
+
+
+def test_batch_norm_backward_is_queued():
+    x = torch.randn(4, 3, 6, 6, requires_grad=True)
+    bn = torch.nn.BatchNorm2d(3)
+    dbn = torch.nn.BatchNorm2d(3).to("mydev")
+    dx = x.detach().to("mydev").requires_grad_()
+    out = dbn(dx)
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        out.pow(2).sum().backward()
+        assert not s.query()
+    bn(x).pow(2).sum().backward()
+    torch.testing.assert_close(dx.grad.cpu(), x.grad)
+    torch.testing.assert_close(dbn.weight.grad.cpu(), bn.weight.grad)
+    torch.testing.assert_close(dbn.bias.grad.cpu(), bn.bias.grad)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -407,9 +425,9 @@ def test_a_cpu_scalar_argument_is_read_at_the_launch():
 
 
 def test_cpu_batch_norm_out_still_mishandles_strided_input():
-    # Why a strided input keeps native_batch_norm at the call (QueuedHostKernel.cpp,
-    # agrees_with_cpu): the CPU out= kernel gets it wrong. When this fails,
-    # PyTorch has fixed it and the restriction can go.
+    # Why native_batch_norm's CPU out= kernel is not used (QueuedHostKernel.cpp,
+    # avoid_out_kernel): it gets a strided input wrong. When this fails,
+    # PyTorch has fixed it, and the out= kernel could save a copy.
     x = torch.randn(3, 2, 4, 10)[..., ::2]
     args = [torch.randn(2), torch.randn(2), torch.zeros(2), torch.ones(2)]
     want = torch.native_batch_norm(x, *[a.clone() for a in args], True, 0.1, 1e-5)[0]
@@ -417,6 +435,19 @@ def test_cpu_batch_norm_out_still_mishandles_strided_input():
     torch.ops.aten.native_batch_norm.out(x, *[a.clone() for a in args], True, 0.1, 1e-5,
                                          out=out, save_mean=mean, save_invstd=invstd)
     assert not torch.allclose(out, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["mse_loss", "smooth_l1_loss", "huber_loss"])
+def test_cpu_loss_out_kernels_still_resize_a_reduced_output(op):
+    # Why these losses' CPU out= kernels are not used (avoid_out_kernel): given
+    # the 0-d output of a reduction, they first resize it to the inputs' shape
+    # (with PyTorch's resize warning) and reduce into it afterwards. When this
+    # fails, PyTorch has fixed it, and the out= kernels could save a copy.
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    out = torch.empty(())
+    getattr(torch.ops.aten, op).out(x, y, 1, out=out)
+    assert out.untyped_storage().nbytes() == 8 * 8 * 4
+    torch.testing.assert_close(out, getattr(torch.nn.functional, op)(x, y))
 
 
 def test_host_kernels_on_large_tensors_are_queued():
@@ -438,10 +469,9 @@ def test_host_kernels_on_large_tensors_are_queued():
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_queued_kernels_that_reallocate_their_output_on_the_way_match_cpu(reduction):
-    # mse_loss.out grows a 0-d out to the input's size and then reduces into
-    # it: the CPU kernel's final bytes land in a new allocation, which the
-    # queued path copies back into the output the caller already holds.
+def test_queued_losses_match_cpu(reduction):
+    # (The functional CPU kernel runs and its result is copied: see
+    # test_cpu_loss_out_kernels_still_resize_a_reduced_output.)
     x, y = torch.randn(1 << 19), torch.randn(1 << 19)
     s = torch.mydev.default_stream()
     torch.mydev.synchronize()

@@ -2,6 +2,8 @@
 // through runtime copies of dense, identically laid-out ranges; dtype
 // conversion and restriding happen on one side of the boundary (on the host,
 // or in a host kernel on the device), as a real device would do them.
+#include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -60,15 +62,37 @@ void runtime_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
   if (s || d) launch_async(device, "copy keep-alive", [s = std::move(s), d = std::move(d)] {});
 }
 
-// dst.copy_(src) with both tensors on the same mydev device.
+// Whether the CPU's copy_ could raise or warn for these operands: shapes that
+// do not broadcast, a written-to tensor whose elements overlap, operands that
+// partly overlap, or a complex source into a real destination (a warning).
+// Those copies run at the call, so the CPU's error or warning comes there.
+bool copy_may_complain(const at::Tensor& src, const at::Tensor& dst) {
+  return !at::is_expandable_to(src.sizes(), dst.sizes()) ||
+         at::has_internal_overlap(dst) != at::MemOverlap::No ||
+         at::get_overlap_status(src, dst) == at::MemOverlapStatus::Partial ||
+         (src.is_complex() && !dst.is_complex());
+}
+
+// dst.copy_(src) with both tensors on the same mydev device. A copy that
+// converts or restrides is a kernel like any other, queued on the stream: the
+// CPU's copy_ over host aliases of the two, on the worker.
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   if (bytewise_copyable(src, dst) && src.storage().data() != dst.storage().data()) {
     runtime_copy(src, dst);
     return;
   }
-  run_on_host(dst.device().index(), [&](HostCall& call) {
+  const c10::DeviceIndex device = dst.device().index();
+  if (copy_may_complain(src, dst)) {
+    run_on_host(device, [&](HostCall& call) {
+      call.to_host(dst).copy_(call.to_host(src));
+      return true;
+    });
+    return;
+  }
+  KernelArgs held(device);
+  launch_async(device, "aten::copy_", [src = held.own(src), dst = held.own(dst)] {
+    HostCall call(dst.device().index());
     call.to_host(dst).copy_(call.to_host(src));
-    return true;
   });
 }
 

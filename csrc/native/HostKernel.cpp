@@ -273,8 +273,6 @@ class DeviceScan {
 
 } // namespace
 
-namespace {
-
 bool is_optional_generator(const c10::Argument& arg) {
   const auto& type = arg.type();
   if (type->kind() == c10::TypeKind::GeneratorType) return true;
@@ -283,8 +281,6 @@ bool is_optional_generator(const c10::Argument& arg) {
   }
   return false;
 }
-
-} // namespace
 
 c10::IValue host_generator(const c10::IValue& v, const c10::Argument& arg, c10::DeviceIndex device) {
   if (v.isGenerator() && v.toGenerator().device().type() == kMyDev) return next_engine(v.toGenerator());

@@ -105,6 +105,8 @@ c10::IValue map_tensors(const c10::IValue& v, F&& f) {
   return v;
 }
 
+// Whether an argument is a Generator or a Generator?.
+bool is_optional_generator(const c10::Argument& arg);
 // A mydev Generator argument, or None for a Generator? one, replaced by a CPU
 // engine drawn from the mydev generator (see next_engine); `v` otherwise.
 c10::IValue host_generator(const c10::IValue& v, const c10::Argument& arg, c10::DeviceIndex device);

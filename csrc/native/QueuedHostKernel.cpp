@@ -25,9 +25,14 @@
 // sets a size below which calls run at the call instead.
 #include "QueuedHostKernel.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/strides.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -49,8 +54,14 @@ namespace {
 constexpr c10::DeviceType kCPU = c10::DeviceType::CPU;
 
 // Functional: outputs allocated at the call, the out= overload queued.
+// FunctionalCopy: the same for ops whose out= overload has no CPU kernel
+// (PyTorch generates it: layer norm, relu, flip, ...): the functional CPU
+// kernel is queued and its results copied into the outputs.
 // InPlace: `self_` written and returned.
-enum class Kind { Inline, Functional, InPlace };
+// Out: an out= overload called directly, by the user or by a composite kernel
+// (mul_.Scalar is mul.out into self; the optimizers' _foreach_mul_ reaches it):
+// the caller's outputs are written and returned.
+enum class Kind { Inline, Functional, FunctionalCopy, InPlace, Out };
 
 // The Meta kernel's answers by call signature. The Python Meta kernels cost
 // 10-550 us a call (clamp's runs torch._refs' type promotion), more than most
@@ -125,7 +136,7 @@ const std::unordered_set<std::string>& queueable() {
              "logical_not", "isnan", "isinf", "signbit", "abs", "neg", "sign", "sgn", "sqrt", "rsqrt", "exp",
              "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
              "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "logit", "erf", "erfc", "erfinv",
-             "floor", "ceil", "round", "trunc", "frac", "reciprocal", "nan_to_num", "where",
+             "floor", "ceil", "round", "trunc", "frac", "reciprocal", "nan_to_num", "where", "isneginf", "isposinf",
              // activations and their backward kernels
              "relu", "gelu", "gelu_backward", "silu", "silu_backward", "hardtanh", "hardtanh_backward",
              "threshold", "threshold_backward", "leaky_relu", "leaky_relu_backward", "elu", "elu_backward",
@@ -143,12 +154,18 @@ const std::unordered_set<std::string>& queueable() {
              "avg_pool2d", "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
              "upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d",
              "upsample_bilinear2d_backward",
-             // max pooling (its backward takes int64 `indices`); batch norm in training
-             // mode (see agrees_with_cpu). (The optimizers' _foreach_ ops need no entry:
-             // they have no CPU kernel, and decompose into per-tensor ops queued here.)
+             // max pooling (its backward takes int64 `indices`); batch norm (see
+             // fix_specs). (The optimizers' _foreach_ ops need no entry: they have no
+             // CPU kernel, and decompose into per-tensor ops queued here.)
              "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "native_batch_norm",
+             "native_batch_norm_backward",
+             // reductions with indices, selections and sorting
+             "argmax", "argmin", "max", "min", "aminmax", "topk", "sort", "var_mean", "std_mean", "any", "all",
+             "cummax", "cummin", "masked_fill",
              // filling and shaping copies
-             "fill", "zero", "tril", "triu", "flip", "roll"}) {
+             "fill", "zero", "tril", "triu", "flip", "roll", "cat", "arange",
+             // random sampling with scalar parameters (see check_random_arguments)
+             "normal", "uniform", "random", "bernoulli", "exponential", "log_normal", "cauchy", "geometric"}) {
       n.insert(std::string("aten::") + base);
     }
     return n;
@@ -156,27 +173,103 @@ const std::unordered_set<std::string>& queueable() {
   return names;
 }
 
-// Calls the queued path would get wrong, for native_batch_norm:
-//  - in eval mode the CPU kernel returns empty save_mean/save_invstd, but the
-//    Meta kernel shapes them like the channels;
-//  - the CPU out= kernel (torch 2.13) computes wrong values for an input that
-//    is not contiguous in some memory format, where the functional one does
-//    not. test_async.py::test_cpu_batch_norm_out_still_mishandles_strided_input
-//    notices when PyTorch fixes that.
-bool agrees_with_cpu(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first) {
-  if (schema.name() != "aten::native_batch_norm") return true;
-  const auto training = schema.argumentIndexWithName("training");
-  const at::Tensor& input = stack[first].toTensor();
-  // (in half and bfloat16 the out= kernel rejects the float statistics it is given)
-  if (input.scalar_type() != at::kFloat && input.scalar_type() != at::kDouble) return false;
-  // (and the Meta decomposition promotes mixed dtypes, which the CPU kernel rejects)
-  for (size_t i = 1; i <= 4; ++i) {
-    const c10::IValue& v = stack[first + i];
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().scalar_type() != input.scalar_type()) return false;
+// Ops whose CPU out= kernel (torch 2.13) must not be used, so their functional
+// kernel is queued and its results copied (Kind::FunctionalCopy):
+//  - native_batch_norm's computes wrong values for an input that is not
+//    contiguous in some memory format, and rejects the float statistics of a
+//    half or bfloat16 input;
+//  - the pointwise losses', given the 0-dim output of a reduction, first resize
+//    it to the inputs' shape, with PyTorch's resize warning, on every call.
+// test_async.py's test_cpu_out_kernels_still_mishandle_* notice when PyTorch
+// fixes them.
+bool avoid_out_kernel(const std::string& name) {
+  return name == "aten::native_batch_norm" || name == "aten::native_batch_norm_backward" ||
+         name == "aten::mse_loss" || name == "aten::smooth_l1_loss" || name == "aten::huber_loss";
+}
+
+// Overloads whose CPU kernels check the values of a tensor argument: the
+// probabilities of bernoulli(self) and bernoulli_(p), normal's std tensors.
+bool checks_tensor_values(const c10::FunctionSchema& schema) {
+  const std::string& name = schema.name();
+  const std::string& overload = schema.overload_name();
+  if (name == "aten::bernoulli" || name == "aten::bernoulli_") return overload != "p" && overload != "float" &&
+                                                                        overload != "float_out";
+  if (name == "aten::normal") return overload.rfind("float_Tensor", 0) == 0 || overload.rfind("Tensor_Tensor", 0) == 0;
+  return false;
+}
+
+// Ops whose integer kernels raise on values (division by zero, a negative
+// integer power): with integer tensors these run at the call.
+bool integer_values_checked(const std::string& name) {
+  for (const char* op : {"aten::div", "aten::div_", "aten::remainder", "aten::remainder_", "aten::fmod", "aten::fmod_",
+                         "aten::pow", "aten::pow_", "aten::floor_divide", "aten::floor_divide_"}) {
+    if (name == op) return true;
   }
-  return training && stack[first + *training].toBool() &&
-         (input.is_contiguous() || input.is_contiguous(at::MemoryFormat::ChannelsLast) ||
-          input.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+  return false;
+}
+
+// The random in-place ops check their scalar arguments in the CPU kernel,
+// which Meta kernels do not all repeat (uniform_'s range, random_'s bounds,
+// bernoulli_'s p). Running the CPU kernel on an empty tensor of self's dtype,
+// with a generator of its own, makes those checks without drawing anything,
+// and raises the CPU's error here, at the call: before the device's
+// generator is drawn from, so a failed call leaves its stream of numbers as
+// it was, as on the CPU.
+void check_random_arguments(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {
+  const auto& schema = op.schema();
+  const auto& params = schema.arguments();
+  const bool random = std::any_of(params.begin(), params.end(), is_optional_generator);
+  if (!random) return;  // (called for in-place ops: self is the first argument)
+  static const at::Generator scratch = at::make_generator<at::CPUGeneratorImpl>();
+  torch::jit::Stack stack;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = args[i];
+    if (i == 0) {
+      stack.push_back(at::empty({0}, at::TensorOptions(v.toTensor().scalar_type())));
+    } else if (is_optional_generator(params[i])) {
+      stack.push_back(scratch);
+    } else {
+      stack.push_back(v);
+    }
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+}
+
+// Corrects the Meta kernel's answer where it differs from the CPU kernel's;
+// false if the call must run at the call. native_batch_norm: in eval mode the
+// CPU returns empty save_mean/save_invstd; the statistics are float only for a
+// half or bfloat16 input with float parameters (Meta makes them float for any
+// half input); and parameters of another dtype than the input are otherwise
+// an error of the CPU kernel (Meta promotes them).
+bool fix_specs(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
+               std::vector<OutputSpec>& specs) {
+  if (schema.name() != "aten::native_batch_norm") return true;
+  const at::ScalarType input = args[0].toTensor().scalar_type();
+  const bool reduced = input == at::kHalf || input == at::kBFloat16;
+  bool float_params = false;
+  for (size_t i = 1; i <= 4; ++i) {
+    if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
+    const at::ScalarType p = args[i].toTensor().scalar_type();
+    if (p == input) continue;
+    if (!(reduced && p == at::kFloat)) return false;
+    float_params = true;
+  }
+  if (float_params) {
+    for (size_t i = 1; i <= 4; ++i) {
+      if (args[i].isTensor() && args[i].toTensor().defined() && args[i].toTensor().scalar_type() != at::kFloat) {
+        return false;  // a mix of half and float parameters
+      }
+    }
+  }
+  const bool training = args[*schema.argumentIndexWithName("training")].toBool();
+  for (size_t k = 1; k <= 2; ++k) {
+    specs[k].dtype = float_params ? at::kFloat : input;
+    if (!training) {
+      specs[k].sizes = {0};
+      specs[k].strides = {1};
+    }
+  }
+  return true;
 }
 
 bool writes(const c10::Argument& a) {
@@ -227,15 +320,28 @@ Plan make_plan(const c10::OperatorHandle& op) {
   for (const auto& r : schema.returns()) {
     if (!is_plain_tensor(r.type())) return plan;
   }
+  if (checks_tensor_values(schema)) return plan;
   if (written == 0) {
     for (const auto& r : schema.returns()) {
       if (r.alias_info() != nullptr) return plan;  // a view
     }
-    plan.out_op = find_out_overload(schema);
-    if (plan.out_op) plan.kind = Kind::Functional;
+    if (!avoid_out_kernel(schema.name())) plan.out_op = find_out_overload(schema);
+    plan.kind = plan.out_op ? Kind::Functional : Kind::FunctionalCopy;
   } else if (written == 1 && writes(args[0]) && !args[0].kwarg_only() && schema.returns().size() == 1 &&
              schema.returns()[0].alias_info() != nullptr && schema.name().back() == '_') {
     plan.kind = Kind::InPlace;
+  } else if (written == schema.returns().size()) {
+    // Every written argument a keyword-only plain Tensor, returned in order.
+    size_t r = 0;
+    for (const auto& a : args) {
+      if (!writes(a)) continue;
+      const auto* alias = schema.returns()[r++].alias_info();
+      if (!a.kwarg_only() || !is_plain_tensor(a.type()) || alias == nullptr || !alias->isWrite() ||
+          alias->beforeSets() != a.alias_info()->beforeSets()) {
+        return plan;
+      }
+    }
+    if (!avoid_out_kernel(schema.name())) plan.kind = Kind::Out;
   }
   return plan;
 }
@@ -259,19 +365,21 @@ int64_t queue_min_elements() {
 
 // Which dtypes a CPU kernel supports is only known when it runs, and an
 // unsupported one must be reported at the call. Every op in queueable() has
-// float and double kernels (bool for masks and conditions). Half and
-// bfloat16 kernels most have, not all: a call in those dtypes runs at the call
+// float and double kernels (bool for masks and conditions, alongside floating
+// tensors). Kernels for half, bfloat16 and the integer types most have, not
+// all: a call with those dtypes (or with only bool tensors) runs at the call
 // until one with the same dtype signature has run there without error
 // (confirm_queueable_dtypes), and is queued from then on.
 bool queueable_dtype(const at::Tensor& t) {
   if (!t.defined()) return true;
   if (t.layout() != c10::kStrided) return false;  // sparse: no Meta kernels to plan with
   const auto d = t.scalar_type();
-  return d == at::kFloat || d == at::kDouble || d == at::kBool || d == at::kHalf || d == at::kBFloat16;
+  return at::isFloatingType(d) || d == at::kBool || at::isIntegralType(d, /*includeBool=*/false);
 }
 
-bool reduced_precision(const at::Tensor& t) {
-  return t.defined() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
+bool verified_dtype(const at::Tensor& t) {
+  return !t.defined() || t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble ||
+         t.scalar_type() == at::kBool;
 }
 
 // The call waiting for its first run at the call to confirm its dtypes.
@@ -340,7 +448,7 @@ uint8_t value_class(double x) {
 
 // Appends what the Meta kernel can see of `v` to `key`; false for a kind of
 // argument it does not know how to describe (the call is then not cached).
-bool put_arg(std::string& key, const c10::IValue& v) {
+bool put_arg(std::string& key, const c10::IValue& v, bool exact) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     put(key, 'T');
@@ -362,7 +470,10 @@ bool put_arg(std::string& key, const c10::IValue& v) {
   // optimizer (learning-rate schedules, bias corrections): only their class is
   // kept, which is what Meta kernels' value checks look at (a negative beta,
   // an infinite norm order), so those calls stay cached.
-  if (v.isDouble()) return put(key, 'd'), put(key, value_class(v.toDouble())), true;
+  if (v.isDouble()) {
+    put(key, 'd');
+    return exact ? put(key, v.toDouble()) : put(key, value_class(v.toDouble())), true;
+  }
   if (v.isComplexDouble()) return put(key, 'c'), true;
   if (v.isString()) {
     const auto& str = v.toStringRef();
@@ -378,7 +489,7 @@ bool put_arg(std::string& key, const c10::IValue& v) {
     put(key, 'L');
     put(key, list.size());
     for (const c10::IValue& e : list) {
-      if (!put_arg(key, e)) return false;
+      if (!put_arg(key, e, exact)) return false;
     }
     return true;
   }
@@ -396,6 +507,70 @@ struct Geometry {
   }
 };
 
+// Out: whether the caller's outputs can be handed to a queued kernel: strided
+// tensors on `device` with the dtypes and sizes the Meta kernel gives.
+//  - An empty output (composites such as abs pass one) is resized now, when
+//    the result is contiguous, every tensor input is, and none is the output
+//    itself (see resizable_with_contiguous_inputs). Otherwise the
+//    layout a resized output gets may differ between CPU and Meta kernels
+//    (exp.out's Meta kernel makes it contiguous, the CPU one channels-last
+//    like the input), so the CPU kernel decides, on the inline path.
+//  - A non-empty output of other sizes stays there too, where the CPU kernel
+//    resizes it with PyTorch's warning.
+//  - So does an output that partly overlaps an input: the Meta kernel sees
+//    separate meta tensors, so only the CPU kernel can raise PyTorch's overlap
+//    error at the call. (Full overlap, out= self, is what in-place composites
+//    pass.)
+bool outputs_ready(const std::vector<c10::IValue>& args, const std::vector<size_t>& written,
+                   const std::vector<OutputSpec>& specs, c10::DeviceIndex device) {
+  // (An output that is also an input, as in the in-place composites, cannot
+  // be resized: the CPU's TensorIterator raises, and the Meta kernel, given a
+  // separate empty output, cannot know.)
+  auto resizable_with_contiguous_inputs = [&](const at::Tensor& out) {
+    bool ok = true;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (std::find(written.begin(), written.end(), i) != written.end()) continue;
+      map_tensors(args[i], [&](const at::Tensor& t) {
+        ok = ok && (!t.defined() || (t.is_contiguous() && !t.is_alias_of(out)));
+        return t;
+      });
+    }
+    return ok;
+  };
+  for (size_t k = 0; k < written.size(); ++k) {
+    const c10::IValue& v = args[written[k]];
+    if (!v.isTensor()) return false;
+    at::Tensor out = v.toTensor();
+    const OutputSpec& spec = specs[k];
+    if (!out.defined() || out.layout() != c10::kStrided || out.device() != c10::Device(kMyDev, device) ||
+        out.scalar_type() != spec.dtype) {
+      return false;
+    }
+    // (The specs are those of an empty output: see queue_host_kernel.)
+    if (out.sizes() != c10::IntArrayRef(spec.sizes)) {
+      if (out.numel() != 0 || c10::IntArrayRef(spec.strides) != c10::IntArrayRef(c10::contiguous_strides(spec.sizes)) ||
+          !resizable_with_contiguous_inputs(out)) {
+        return false;
+      }
+      out.resize_(spec.sizes);
+    }
+    for (size_t i = 0; i < args.size(); ++i) {
+      // (two outputs sharing memory at all are left to the CPU kernel too)
+      const bool output = std::find(written.begin(), written.end(), i) != written.end();
+      bool clash = false;
+      map_tensors(args[i], [&](const at::Tensor& t) {
+        if (t.defined() && !t.is_same(out) && t.device() == out.device()) {
+          const auto status = at::get_overlap_status(t, out);
+          clash = clash || status == at::MemOverlapStatus::Partial || (output && status == at::MemOverlapStatus::Full);
+        }
+        return t;
+      });
+      if (clash) return false;
+    }
+  }
+  return true;
+}
+
 } // namespace
 
 void confirm_queueable_dtypes() {
@@ -409,7 +584,9 @@ std::optional<std::vector<OutputSpec>> meta_outputs(const c10::OperatorHandle& o
   const Plan& plan = plan_for(op);
   std::string key;
   bool cacheable = true;
-  for (const c10::IValue& v : args) cacheable = cacheable && put_arg(key, v);
+  // (Except for factories whose shape is computed from floating values.)
+  const bool exact = op.schema().name() == "aten::arange";
+  for (const c10::IValue& v : args) cacheable = cacheable && put_arg(key, v, exact);
   Specs answer;
   if (cacheable && plan.meta_cache->find(key, answer)) return answer;
   torch::jit::Stack meta;
@@ -444,53 +621,64 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   for (size_t i = first; i < stack->size(); ++i) {
     if (!queueable_dtypes((*stack)[i], schema.arguments()[i - first], floating)) return false;
   }
-  if (floating == 0) return false;  // all bool: not every op has bool kernels
   {
-    bool reduced = false;
+    bool unverified = floating == 0;  // (not every op has bool kernels)
+    bool integer = false;
     std::string signature;
     for (size_t i = first; i < stack->size(); ++i) {
       map_tensors((*stack)[i], [&](const at::Tensor& t) {
-        reduced = reduced || reduced_precision(t);
+        unverified = unverified || !verified_dtype(t);
+        integer = integer || (t.defined() && at::isIntegralType(t.scalar_type(), /*includeBool=*/false));
         signature.push_back(t.defined() ? static_cast<char>(t.scalar_type()) : '-');
         return t;
       });
     }
-    if (reduced && !plan.verified->contains(signature)) {
+    if (integer && integer_values_checked(schema.name())) return false;
+    if (unverified && !plan.verified->contains(signature)) {
       tls_unconfirmed_plan = &plan;
       tls_unconfirmed_signature = std::move(signature);
       return false;
     }
   }
-  if (!agrees_with_cpu(schema, *stack, first)) return false;
   if (const int64_t min = queue_min_elements(); min > 0) {
     int64_t n = 0;
     for (size_t i = first; i < stack->size(); ++i) n += elements((*stack)[i]);
     if (n < min) return false;
   }
 
-  // Random ops draw their CPU engine now, so the stream of numbers follows
-  // launch order, as with inline host kernels.
   for (size_t i = first; i < stack->size(); ++i) {
     const c10::IValue& v = (*stack)[i];
     if (v.isDevice() && v.toDevice().type() == kMyDev) {
       return false;  // factories: their CPU out= kernels would not see the device
     }
   }
-  std::vector<c10::IValue> args;
-  args.reserve(nargs);
-  for (size_t i = 0; i < nargs; ++i) {
-    args.push_back(host_generator((*stack)[first + i], schema.arguments()[i], device));
-  }
+  std::vector<c10::IValue> args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
 
   // The Meta kernel (or its cached answer): shapes of the outputs, and every
   // argument error, now. (On an error the inline path reports the CPU
   // kernel's own, or handles the data-dependent case.)
-  const Specs answer = meta_outputs(op, args);
-  if (!answer) return false;
+  // An out= call's Meta kernel is given empty outputs of the same dtypes: it
+  // then resizes them without PyTorch's warning (given outputs of the wrong
+  // shape, it would warn here and the CPU kernel again), and the answer says
+  // what shape the outputs must have.
+  if (plan.kind == Kind::InPlace) check_random_arguments(op, args);
+  // (Generators do not shape anything: the Meta kernel gets none.)
+  std::vector<c10::IValue> meta_args = args;
+  for (size_t i = 0; i < nargs; ++i) {
+    const c10::IValue& v = meta_args[i];
+    if (v.isGenerator()) meta_args[i] = c10::IValue();
+    if (plan.kind != Kind::Out || !writes(schema.arguments()[i]) || !v.isTensor() || !v.toTensor().defined()) {
+      continue;
+    }
+    meta_args[i] = at::detail::empty_meta({0}, v.toTensor().scalar_type(), std::nullopt, std::nullopt, std::nullopt,
+                                          std::nullopt);
+  }
+  Specs answer = meta_outputs(op, meta_args);
+  if (!answer || !fix_specs(schema, args, *answer)) return false;
   const std::vector<OutputSpec>& specs = *answer;
 
   std::vector<at::Tensor> outputs;
-  if (plan.kind == Kind::Functional) {
+  if (plan.kind == Kind::Functional || plan.kind == Kind::FunctionalCopy) {
     outputs.reserve(specs.size());
     for (const OutputSpec& spec : specs) {
       outputs.push_back(empty_device(spec.sizes, spec.strides, at::TensorOptions(spec.dtype).device(kMyDev, device)));
@@ -501,6 +689,19 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
       !(self.sizes() == c10::IntArrayRef(specs[0].sizes) && self.strides() == c10::IntArrayRef(specs[0].strides))) {
     return false;  // an in-place op that restrides self: keep that on the calling thread
   }
+  std::vector<size_t> written;  // Out: the outputs' places among the arguments
+  if (plan.kind == Kind::Out) {
+    for (size_t i = 0; i < nargs; ++i) {
+      if (writes(schema.arguments()[i])) written.push_back(i);
+    }
+    if (!outputs_ready(args, written, specs, device)) return false;
+    for (size_t i : written) outputs.push_back(args[i].toTensor());
+  }
+
+  // Random ops draw their CPU engine now, once nothing can send the call to
+  // the inline path (which draws its own), so the stream of numbers follows
+  // launch order, as with inline host kernels.
+  for (size_t i = 0; i < nargs; ++i) args[i] = host_generator(args[i], schema.arguments()[i], device);
 
   struct Job {
     const Plan* plan;
@@ -518,14 +719,18 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   for (c10::IValue& v : args) v = map_tensors(v, [&](const at::Tensor& t) { return held.own(t); });
   std::vector<at::Tensor> job_outputs;
   job_outputs.reserve(outputs.size());
-  for (const at::Tensor& out : outputs) job_outputs.push_back(held.own(out));
+  if (plan.kind == Kind::Out) {
+    for (size_t i : written) job_outputs.push_back(args[i].toTensor());  // (already the job's own)
+  } else {
+    for (const at::Tensor& out : outputs) job_outputs.push_back(held.own(out));
+  }
   auto job = std::make_unique<Job>(Job{&plan, op, std::move(args), std::move(job_outputs), device});
 
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
-  if (plan.kind == Kind::Functional) {
-    for (at::Tensor& out : outputs) stack->push_back(std::move(out));
-  } else {
+  if (plan.kind == Kind::InPlace) {
     stack->push_back(self);
+  } else {
+    for (at::Tensor& out : outputs) stack->push_back(std::move(out));
   }
 
   launch_async(device, plan.label.c_str(), [job = std::move(job)] {
@@ -541,6 +746,20 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
         host_stack.push_back(call.to_host(out));
       }
       job->plan->out_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
+    } else if (job->plan->kind == Kind::FunctionalCopy) {
+      job->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
+      // Outputs in the Meta kernel's layout: the copy takes any other, but the
+      // sizes must agree, as the caller already holds the outputs.
+      for (size_t i = 0; i < job->outputs.size(); ++i) {
+        const at::Tensor& r = host_stack[i].toTensor();
+        TORCH_CHECK(r.sizes() == job->outputs[i].sizes(), "the CPU kernel gave output ", i, " sizes ", r.sizes(),
+                    ", the Meta kernel ", job->outputs[i].sizes());
+        call.to_host(job->outputs[i]).copy_(r);
+      }
+      return;
+    } else if (job->plan->kind == Kind::Out) {
+      for (const at::Tensor& out : job->outputs) expected.emplace_back(out);
+      job->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
     } else {
       const at::Tensor& self = job->args[0].toTensor();
       expected.emplace_back(self);

@@ -1,14 +1,12 @@
 // Random kernels that cannot go through the generic host kernel. The host
 // kernel hands the mydev generator to ops with a Generator argument; ops
 // without one (native_dropout) would draw from the CPU default generator inside
-// their CPU kernel, coupling the two devices' random streams.
+// their CPU kernel, coupling the two devices' random streams. So dropout is
+// composed of device ops that take the generator (queued like any others).
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
-
-#include "HostKernel.h"
-#include "core/Generator.h"
 
 namespace my_device {
 namespace {
@@ -21,14 +19,10 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   if (p == 1) {
     return {at::zeros_like(input), at::zeros_like(input, input.options().dtype(at::kBool))};
   }
-  const c10::DeviceIndex device = input.device().index();
-  at::Generator engine = next_engine(default_generator(device));
-  return run_on_host(device, [&](HostCall& call) {
-    const at::Tensor x = call.to_host(input);
-    at::Tensor keep = at::empty_like(x).bernoulli_(1 - p, engine);
-    at::Tensor output = x.mul(keep).mul_(1.0 / (1.0 - p));
-    return std::make_tuple(call.to_device(output), call.to_device(keep.to(at::kBool)));
-  });
+  // Device ops, queued like any: bernoulli_ draws from the device's generator.
+  at::Tensor keep = at::empty_like(input).bernoulli_(1 - p);
+  at::Tensor output = input.mul(keep).mul_(1.0 / (1.0 - p));
+  return {output, keep.to(at::kBool)};
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

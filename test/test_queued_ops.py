@@ -1,0 +1,262 @@
+"""Which op families are queued on the stream rather than run at the call, and
+that queueing changes neither their results nor where their errors come from.
+
+A call is queued when, with the stream's worker held back by the delay hook,
+it returns and the stream still has work pending (`stream.query()` is False);
+an op run at the call would first have waited for that work. Every result is
+checked against the same computation on the CPU."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import delayed
+
+
+def queued(fn, *args, us=20_000):
+    """Runs fn(*args) with the default stream held back; returns (result, was it queued)."""
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s, us=us):
+        result = fn(*args)
+        pending = not s.query()
+    return result, pending
+
+
+def to_cpu(result):
+    if isinstance(result, (tuple, list)):
+        return type(result)(to_cpu(r) for r in result)
+    return result.cpu()
+
+
+def check_queued_like_cpu(fn, *cpu_args, calls=2):
+    # The first call of a dtype signature other than float/double/bool runs at
+    # the call (it proves the CPU kernel has that dtype); later ones are queued.
+    dev_args = [a.to("mydev") if isinstance(a, torch.Tensor) else a for a in cpu_args]
+    for _ in range(calls):
+        got, was_queued = queued(fn, *dev_args)
+    want = fn(*cpu_args)
+    assert was_queued
+    got = to_cpu(got)
+    if isinstance(want, (tuple, list)):
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+    else:
+        torch.testing.assert_close(got, want)
+
+
+X = torch.randn(4, 6, 8)
+
+
+def foreach_mul_(x):
+    params = [x.clone(), x * 2]
+    torch._foreach_mul_(params, 0.5)   # an optimiser's step: per-tensor mul_, i.e. mul.out into self
+    return params
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("add out=", lambda x: torch.add(x, 1.0, out=torch.empty_like(x))),
+    ("mul_ by a number (mul.out into self)", lambda x: x.clone().mul_(2.5)),
+    ("abs (abs.out into an empty tensor)", lambda x: torch.abs(x)),
+    ("sum out= an empty tensor", lambda x: torch.sum(x, 1, out=torch.empty(0, device=x.device))),
+    ("foreach mul_", foreach_mul_),
+])
+def test_out_variants_are_queued(name, fn):
+    check_queued_like_cpu(fn, X)
+
+
+def test_out_variants_keep_the_callers_output_and_cpu_errors():
+    d = X.to("mydev")
+    out = torch.empty_like(d)
+    r, was_queued = queued(lambda: torch.add(d, d, out=out))
+    assert was_queued and r is out
+    torch.testing.assert_close(out.cpu(), X + X)
+    # A non-empty output of the wrong shape is resized with PyTorch's warning, once.
+    wrong = torch.empty(3, device="mydev")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.mul(d, d, out=wrong)
+    assert len([w for w in caught if "resized" in str(w.message)]) == 1
+    torch.testing.assert_close(wrong.cpu(), X * X)
+    # Errors the Meta kernel cannot see still come at the call, while work is pending.
+    s = torch.mydev.default_stream()
+    flat = torch.randn(10, device="mydev")
+    with delayed(s):
+        with pytest.raises(RuntimeError, match="single memory location"):
+            torch.add(flat[:5], flat[1:6], out=flat[2:7])
+        with pytest.raises(RuntimeError, match="can't be cast"):
+            torch.add(d, d, out=torch.empty(4, 6, 8, dtype=torch.long, device="mydev"))
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):  # (logical_and.out into self)
+            torch.empty(0, 1, 3, device="mydev").logical_and_(torch.empty(0, 10, 3, device="mydev"))
+    torch.mydev.synchronize()  # nothing left to report
+
+
+@pytest.mark.parametrize("name,fn,args", [
+    ("layer_norm", lambda x: F.layer_norm(x, (8,)), (X,)),
+    ("group_norm", lambda x: F.group_norm(x.view(4, 6, 2, 4), 3), (X,)),
+    ("relu", torch.relu, (X,)),
+    ("flip", lambda x: torch.flip(x, [1]), (X,)),
+    ("roll", lambda x: torch.roll(x, 2, 1), (X,)),
+    ("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, 2), (X,)),
+    ("dot", torch.dot, (X[0, 0], X[1, 1])),
+    ("isnan", torch.isnan, (X,)),
+    ("logsumexp", lambda x: torch.logsumexp(x, 1), (X,)),
+])
+def test_functional_ops_without_a_cpu_out_kernel_are_queued(name, fn, args):
+    # (their functional CPU kernel runs on the worker; its results are copied
+    # into the outputs allocated at the call)
+    check_queued_like_cpu(fn, *args)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("cat", lambda x: torch.cat([x, x * 2], 1)),
+    ("stack", lambda x: torch.stack([x, x])),
+    ("sort", lambda x: torch.sort(x, -1)),
+    ("topk", lambda x: torch.topk(x, 3, -1)),
+    ("argmax", lambda x: x.argmax(-1)),
+    ("max over a dim", lambda x: x.max(1)),
+    ("var_mean", lambda x: torch.var_mean(x, -1)),
+    ("masked_fill", lambda x: x.masked_fill(x > 0, 0.0)),
+    ("scaled_dot_product_attention", lambda x: F.scaled_dot_product_attention(x, x, x)),
+])
+def test_selection_and_shaping_ops_are_queued(name, fn):
+    check_queued_like_cpu(fn, X)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("to another dtype", lambda x: x.to(torch.float16)),
+    ("to an integer dtype", lambda x: (x * 10).long()),
+    ("contiguous of a transpose", lambda x: x.transpose(1, 2).contiguous()),
+    ("contiguous of an expansion", lambda x: x[:, :1].expand(4, 6, 8).contiguous()),
+    ("copy_ with broadcasting", lambda x: torch.empty(3, 4, 6, 8, device=x.device).copy_(x)),
+])
+def test_copies_that_convert_or_restride_are_queued(name, fn):
+    check_queued_like_cpu(fn, X)
+
+
+def test_copies_keep_cpu_errors_and_warnings_at_the_call():
+    d = X.to("mydev")
+    s = torch.mydev.default_stream()
+    with delayed(s):
+        with pytest.raises(RuntimeError, match="must match the size|expanded size"):
+            torch.empty(5, device="mydev").copy_(d)
+        with pytest.raises(RuntimeError, match="single memory location"):
+            torch.zeros(1, 8, device="mydev").expand(4, 8).copy_(torch.randn(4, 8, device="mydev"))
+        with pytest.warns(UserWarning, match="discards the imaginary part"):
+            torch.empty(3, device="mydev").copy_(torch.randn(3, dtype=torch.complex64, device="mydev"))
+    torch.mydev.synchronize()
+
+
+I = torch.randint(-5, 5, (4, 6, 8))
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("sum", lambda i: i.sum(1)),
+    ("eq", lambda i: i == 3),
+    ("clamp", lambda i: i.clamp(-2, 2)),
+    ("cumsum", lambda i: i.cumsum(2)),
+    ("fill (zeros)", lambda i: torch.zeros_like(i)),
+    ("where", lambda i: torch.where(i > 0, i, -i)),
+])
+def test_integer_host_kernels_are_queued_after_their_first_call(name, fn):
+    check_queued_like_cpu(fn, I, calls=3)
+
+
+def test_integer_ops_that_check_values_run_at_the_call():
+    a = torch.tensor([4, 6], device="mydev")
+    zero = torch.tensor([0, 1], device="mydev")
+    for _ in range(2):  # (also after a first call has run)
+        with delayed(torch.mydev.default_stream()):
+            with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+                torch.div(a, zero, rounding_mode="floor")
+            with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+                torch.remainder(a, zero)
+    torch.testing.assert_close(torch.div(a, a, rounding_mode="floor").cpu(), torch.tensor([1, 1]))
+
+
+RANDOM = {
+    "randn": lambda: torch.randn(64, device="mydev"),
+    "rand": lambda: torch.rand(64, device="mydev"),
+    "randint": lambda: torch.randint(0, 100, (64,), device="mydev"),
+    "normal_": lambda: torch.empty(64, device="mydev").normal_(2.0, 3.0),
+    "bernoulli_": lambda: torch.empty(64, device="mydev").bernoulli_(0.3),
+    "dropout": lambda: F.dropout(torch.ones(64, device="mydev"), 0.5),
+    "exponential_": lambda: torch.empty(64, device="mydev").exponential_(),
+}
+
+
+@pytest.mark.parametrize("name", list(RANDOM))
+def test_random_ops_are_queued_and_reproducible(name):
+    fn = RANDOM[name]
+    fn()                                       # (an integer dtype's first call runs at the call)
+    torch.mydev.manual_seed(7)
+    first, was_queued = queued(fn)
+    first = first.cpu()
+    assert was_queued
+    torch.mydev.manual_seed(7)
+    torch.randn(64)                            # the CPU generator plays no part
+    again, _ = queued(fn)
+    assert torch.equal(again.cpu(), first)
+    assert not torch.equal(fn().cpu(), first)  # and the generator moved on
+
+
+def test_random_ops_draw_the_same_numbers_queued_or_at_the_call(python_subprocess):
+    code = """
+        import torch, my_device
+        import torch.nn.functional as F
+        torch.mydev.manual_seed(11)
+        draws = [torch.randn(16, device="mydev"), torch.randint(0, 9, (16,), device="mydev"),
+                 F.dropout(torch.ones(16, device="mydev"), 0.25), torch.rand(16, device="mydev")]
+        print([d.cpu().tolist() for d in draws])
+    """
+    queued_run = python_subprocess(code)
+    at_the_call = python_subprocess(code, env={"MYDEV_QUEUE_MIN_ELEMENTS": str(1 << 62)})
+    assert queued_run.returncode == 0 and at_the_call.returncode == 0, queued_run.stderr + at_the_call.stderr
+    assert queued_run.stdout == at_the_call.stdout
+
+
+def test_random_op_argument_errors_come_at_the_call():
+    # Meta kernels skip some of these checks; the CPU kernel makes them at the call.
+    s = torch.mydev.default_stream()
+    t = torch.empty(8, device="mydev")
+    with delayed(s):
+        with pytest.raises(RuntimeError, match="uniform_ expects"):
+            t.uniform_(2, 1)
+        with pytest.raises(RuntimeError, match="random_ expects 'from' to be less than 'to'"):
+            t.random_(5, 2)
+        with pytest.raises(RuntimeError, match="bernoulli_ expects p to be in"):
+            t.bernoulli_(1.5)
+        with pytest.raises(RuntimeError, match="normal expects std"):
+            t.normal_(0, -1)
+    torch.mydev.synchronize()  # nothing left to report
+    # A failed call drew nothing: the stream of numbers is the one without it.
+    torch.mydev.manual_seed(3)
+    want = torch.rand(8, device="mydev").cpu()
+    torch.mydev.manual_seed(3)
+    with pytest.raises(RuntimeError):
+        t.uniform_(2, 1)
+    assert torch.equal(torch.rand(8, device="mydev").cpu(), want)
+
+
+def test_a_training_step_is_fully_queued_but_for_value_checked_ops():
+    # The demo's network, optimiser and loss: every op of a step is queued
+    # except the class-target loss (it checks the targets' values at the call).
+    from my_device import demo
+    torch.manual_seed(0)
+    model = demo.SmallNet().to("mydev")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(8, 3, 16, 16, device="mydev")
+    y = torch.randn(8, 10, device="mydev").softmax(1)   # soft targets: no value checks
+    for _ in range(2):
+        _, was_queued = queued(lambda: (opt.zero_grad(), F.cross_entropy(model(x), y).backward(), opt.step()),
+                               us=2_000)
+    assert was_queued
+
+
+def test_arange_is_queued_and_shaped_by_its_exact_bounds():
+    # (floating arguments are otherwise left out of the Meta cache's key)
+    for end in (10.0, 1000.0, 10.5, 3.0):
+        got, was_queued = queued(lambda: torch.arange(0.0, end, 0.5, device="mydev"))
+        assert was_queued
+        torch.testing.assert_close(got.cpu(), torch.arange(0.0, end, 0.5))
