@@ -128,6 +128,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return previous;
   });
   m.def("_synchronize", [](int device) { synchronize(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_set_sync_debug_mode", &set_sync_debug_mode);
+  m.def("_get_sync_debug_mode", &sync_debug_mode);
   m.def("_get_device_properties", [](int device) { return device_properties(static_cast<c10::DeviceIndex>(device)); });
   m.def("_mem_get_info", [](int device) { return mem_get_info(static_cast<c10::DeviceIndex>(device)); });
   m.def("_memory_stats", [](int device) { return memory_info(static_cast<c10::DeviceIndex>(device)); });

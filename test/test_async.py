@@ -7,6 +7,7 @@ import gc
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -649,3 +650,31 @@ def test_binary_ops_with_python_numbers_keep_cpu_numerics(dtype):
         assert torch.equal(got.cpu(), want)
     d.mul_(3.14)
     assert torch.equal(d.cpu(), x.mul_(3.14))
+
+
+def test_sync_debug_mode_reports_operations_that_wait_for_the_device():
+    # As torch.cuda.set_sync_debug_mode: implicit synchronisations warn or
+    # raise; queued work and explicit synchronisations do not.
+    x = torch.randn(64, device="mydev")
+    assert torch.mydev.get_sync_debug_mode() == 0
+    try:
+        torch.mydev.set_sync_debug_mode("warn")
+        assert torch.mydev.get_sync_debug_mode() == 1
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = torch.sort(x * 2 + 1).values.cumsum(0)   # all queued
+            torch.mydev.synchronize()
+        assert not [w for w in caught if "synchronizing" in str(w.message)]
+        for sync in (lambda: y.cpu(), lambda: y[3].item(), lambda: (x > 0).nonzero(),
+                     lambda: torch.ones(3).to("mydev")):
+            with pytest.warns(UserWarning, match="called a synchronizing mydev operation"):
+                sync()
+        torch.mydev.set_sync_debug_mode(2)
+        with pytest.raises(RuntimeError, match="called a synchronizing mydev operation"):
+            y.sum().item()
+        with pytest.raises(RuntimeError, match="invalid value of debug_mode"):
+            torch.mydev.set_sync_debug_mode("loud")
+        assert torch.mydev.get_sync_debug_mode() == 2
+    finally:
+        torch.mydev.set_sync_debug_mode("default")
+    torch.testing.assert_close(y.cpu(), torch.sort(x.cpu() * 2 + 1).values.cumsum(0))

@@ -260,3 +260,20 @@ def test_arange_is_queued_and_shaped_by_its_exact_bounds():
         got, was_queued = queued(lambda: torch.arange(0.0, end, 0.5, device="mydev"))
         assert was_queued
         torch.testing.assert_close(got.cpu(), torch.arange(0.0, end, 0.5))
+
+
+def test_copies_between_devices_are_ordered_with_both_streams():
+    # As CUDA's: the copy waits for what the source's stream has queued (here a
+    # kernel still held back), and the source's stream waits for the copy
+    # before it may overwrite the source.
+    x = torch.randn(1000)
+    d0 = x.to("mydev:0")
+    with delayed(torch.mydev.default_stream(0)):
+        y = (d0 * 2).conj()                 # (a view the copy must first resolve, on mydev:0)
+        z = y.to("mydev:1") + 1
+    torch.testing.assert_close(z.cpu(), x * 2 + 1)
+    with delayed(torch.mydev.default_stream(1)):
+        copied = d0.to("mydev:1")           # queued on mydev:1, held back
+        d0.fill_(5.0)                       # queued on mydev:0: must wait for the copy
+    torch.testing.assert_close(copied.cpu(), x)
+    torch.testing.assert_close(d0.cpu(), torch.full((1000,), 5.0))

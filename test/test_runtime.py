@@ -238,6 +238,23 @@ def test_strict_mode_kernel_using_a_device_address_aborts_with_report(runtime_te
     assert_strict_fault_report(result, "device 0", "mydev:0 allocation of 3000 bytes", tail="")
 
 
+@pytest.mark.parametrize("which, how", [
+    ("device", "through its device address, after it was freed"),
+    ("kernel", "through its kernel address: a kernel used it after it was freed"),
+])
+def test_strict_mode_use_after_free_aborts_with_report(runtime_test, which, how):
+    # A freed allocation's two addresses stay reserved for a while, so a late
+    # use faults and is named, whether by host code or by a kernel.
+    result = run(runtime_test, "strict-fault-freed", which, env={"MYDEV_STRICT": "1"})
+    assert result.returncode == -signal.SIGABRT, (result.returncode, result.stdout, result.stderr)
+    address = re.search(rf"freed {which} address (0x[0-9a-f]+)", result.stdout)
+    assert address, result.stdout
+    expected = (f"mydev strict mode: freed device memory accessed at {address.group(1)} "
+                f"(mydev:0 allocation of 6000 bytes) {how}")
+    assert expected in result.stderr, result.stderr
+    assert "without faulting" not in result.stdout
+
+
 def test_strict_mode_leaves_other_segfaults_alone(runtime_test):
     result = run(runtime_test, "strict-other-segv", env={"MYDEV_STRICT": "1"})
     assert result.returncode == -signal.SIGSEGV, (result.returncode, result.stdout, result.stderr)

@@ -14,6 +14,7 @@ std::unordered_map<c10::DeviceIndex, std::string> g_failures;  // the first unre
 std::string g_injected;
 std::atomic<bool> g_any_injected{false};
 std::atomic<bool> g_any_failure{false};  // g_failures is not empty
+std::atomic<int> g_sync_debug_mode{0};
 
 // Finished tasks, a lock-free stack: workers push one at a time, host threads
 // take the whole stack at once (no pop of single nodes, so no ABA problem).
@@ -92,6 +93,23 @@ std::string take_kernel_failure(c10::DeviceIndex device) {
   g_failures.erase(it);
   g_any_failure.store(!g_failures.empty());
   return what;
+}
+
+void set_sync_debug_mode(int mode) {
+  TORCH_CHECK(mode >= 0 && mode <= 2, "invalid value of debug_mode, expected one of `default`, `warn`, `error`");
+  g_sync_debug_mode.store(mode, std::memory_order_relaxed);
+}
+
+int sync_debug_mode() {
+  return g_sync_debug_mode.load(std::memory_order_relaxed);
+}
+
+void warn_or_error_on_sync() {
+  const int mode = g_sync_debug_mode.load(std::memory_order_relaxed);
+  if (mode == 0) return;
+  // The message torch.cuda gives, with the device's name.
+  TORCH_CHECK(mode != 2, "called a synchronizing mydev operation");
+  TORCH_WARN("called a synchronizing mydev operation");
 }
 
 void inject_kernel_failure(const std::string& label) {

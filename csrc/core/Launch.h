@@ -33,6 +33,13 @@ void record_kernel_failure(c10::DeviceIndex device, const char* label, const std
 // synchronisation would, since the bytes read may be the failed kernel's. As
 // cudaMemcpy returns an earlier kernel's error. Costs one atomic load if none.
 void raise_kernel_failure_after_host_read(c10::DeviceIndex device);
+// torch.mydev.set_sync_debug_mode, as torch.cuda's: 0 says nothing, 1 warns
+// and 2 raises when an operation makes the host wait for the device (a
+// synchronous copy to or from the host, .item(), a kernel run at the call).
+// Explicit synchronisations are not reported.
+void set_sync_debug_mode(int mode);
+int sync_debug_mode();
+void warn_or_error_on_sync();
 // Test hook: the next launch_async whose label equals `label` fails when it runs.
 void inject_kernel_failure(const std::string& label);
 bool take_injected_failure(const char* label);
@@ -143,6 +150,8 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
 
 template <class F>
 void launch_inline(c10::DeviceIndex device, F&& body) {
+  // (It waits for the stream, unless called from a kernel, which waits for nothing.)
+  if (!in_kernel()) warn_or_error_on_sync();
   struct Closure {
     F* body;
     std::exception_ptr error;

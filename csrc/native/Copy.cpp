@@ -36,6 +36,27 @@ bool is_pinned_host(const at::Tensor& t) {
   return mydevPointerGetAttributes(&attr, t.data_ptr()) == mydevSuccess && attr.type == mydevMemoryTypeHost;
 }
 
+// Work queued from now on `waiting`'s current stream starts after the work
+// queued so far on `waited`'s. A copy between devices runs on the destination's
+// stream between two such barriers, as CUDA's does: after what the source's
+// stream has queued (it may still be writing the source), and before what that
+// stream queues next (which may overwrite it).
+void barrier(c10::DeviceIndex waited, c10::DeviceIndex waiting) {
+  mydevEvent_t event = nullptr;
+  MYDEV_CHECK(mydevEventCreateWithFlags(&event, mydevEventDisableTiming));
+  mydevError_t err;
+  {
+    RuntimeDeviceGuard on_device(waited);
+    err = mydevEventRecord(event, current_stream_handle(waited));
+  }
+  if (err == mydevSuccess) {
+    RuntimeDeviceGuard on_device(waiting);
+    err = mydevStreamWaitEvent(current_stream_handle(waiting), event);
+  }
+  mydevEventDestroy(event);  // (the wait holds what it waits for)
+  MYDEV_CHECK(err);
+}
+
 // One runtime copy of the dense bytes of src into dst. Device-to-device copies,
 // and copies whose host side is pinned when the caller allows non_blocking, are
 // queued on the current stream of the device side (both tensors are kept alive
@@ -46,13 +67,17 @@ void runtime_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
   const bool async = kind == mydevMemcpyDeviceToDevice ||
                      (non_blocking && (is_pinned_host(src) || is_pinned_host(dst)));
   if (!async) {
+    if (!in_kernel()) warn_or_error_on_sync();
     MYDEV_CHECK(mydevMemcpy(dst.data_ptr(), src.data_ptr(), nbytes, kind));
     if (kind == mydevMemcpyDeviceToHost) raise_kernel_failure_after_host_read(src.device().index());
     return;
   }
   const c10::DeviceIndex device = (is_device(dst) ? dst : src).device().index();
+  const bool across = kind == mydevMemcpyDeviceToDevice && src.device() != dst.device();
+  if (across) barrier(src.device().index(), device);
   RuntimeDeviceGuard on_device(device);
   MYDEV_CHECK(mydevMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes, kind, current_stream_handle(device)));
+  if (across) barrier(device, src.device().index());
   // Streams run in order, so this no-op kernel finishes after the copy and
   // releases what it holds only then: the storages (not the caller's
   // TensorImpls, see kernel_handle) that the copy cannot lease (KernelArgs.h).
@@ -128,6 +153,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() > 0, "a Tensor with 0 elements cannot be converted to Scalar");
   at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
+  if (!in_kernel()) warn_or_error_on_sync();
   MYDEV_CHECK(mydevMemcpy(host.data_ptr(), self.data_ptr(), self.element_size(), mydevMemcpyDeviceToHost));
   raise_kernel_failure_after_host_read(self.device().index());
   if (self.is_conj()) host = host.conj();

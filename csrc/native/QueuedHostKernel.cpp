@@ -236,13 +236,20 @@ void check_random_arguments(const c10::OperatorHandle& op, const std::vector<c10
 }
 
 // Corrects the Meta kernel's answer where it differs from the CPU kernel's;
-// false if the call must run at the call. native_batch_norm: in eval mode the
-// CPU returns empty save_mean/save_invstd; the statistics are float only for a
-// half or bfloat16 input with float parameters (Meta makes them float for any
-// half input); and parameters of another dtype than the input are otherwise
-// an error of the CPU kernel (Meta promotes them).
+// false if the call must run at the call.
+//  - native_layer_norm: the CPU gives a half or bfloat16 input statistics of
+//    its own dtype, Meta float ones.
+//  - native_batch_norm: in eval mode the CPU returns empty save_mean and
+//    save_invstd; the statistics are float only for a half or bfloat16 input
+//    with float parameters (Meta makes them float for any half input); and
+//    parameters of another dtype than the input are otherwise an error of the
+//    CPU kernel (Meta promotes them).
 bool fix_specs(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
                std::vector<OutputSpec>& specs) {
+  if (schema.name() == "aten::native_layer_norm") {
+    for (size_t k = 1; k <= 2; ++k) specs[k].dtype = args[0].toTensor().scalar_type();
+    return true;
+  }
   if (schema.name() != "aten::native_batch_norm") return true;
   const at::ScalarType input = args[0].toTensor().scalar_type();
   const bool reduced = input == at::kHalf || input == at::kBFloat16;
@@ -752,8 +759,9 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
       // sizes must agree, as the caller already holds the outputs.
       for (size_t i = 0; i < job->outputs.size(); ++i) {
         const at::Tensor& r = host_stack[i].toTensor();
-        TORCH_CHECK(r.sizes() == job->outputs[i].sizes(), "the CPU kernel gave output ", i, " sizes ", r.sizes(),
-                    ", the Meta kernel ", job->outputs[i].sizes());
+        TORCH_CHECK(r.sizes() == job->outputs[i].sizes() && r.scalar_type() == job->outputs[i].scalar_type(),
+                    "the CPU kernel gave output ", i, " sizes ", r.sizes(), " and dtype ", r.scalar_type(),
+                    ", the Meta kernel ", job->outputs[i].sizes(), " and ", job->outputs[i].scalar_type());
         call.to_host(job->outputs[i]).copy_(r);
       }
       return;

@@ -112,6 +112,26 @@ def synchronize(device: _DeviceLike = None) -> None:
     _C._synchronize(_get_device_index(device, optional=True))
 
 
+def set_sync_debug_mode(debug_mode: Union[int, str]) -> None:
+    """As torch.cuda.set_sync_debug_mode: "default" (0) says nothing, "warn" (1)
+    warns and "error" (2) raises when an operation makes the host wait for the
+    device: a synchronous copy to or from the host, `.item()`, printing, or an op
+    run at the call (see the README). Explicit synchronisations are not reported."""
+    _lazy_init()
+    if isinstance(debug_mode, str):
+        modes = {"default": 0, "warn": 1, "error": 2}
+        if debug_mode not in modes:
+            raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
+        debug_mode = modes[debug_mode]
+    _C._set_sync_debug_mode(debug_mode)
+
+
+def get_sync_debug_mode() -> int:
+    """The mode set_sync_debug_mode set: 0, 1 or 2."""
+    _lazy_init()
+    return _C._get_sync_debug_mode()
+
+
 def get_device_properties(device: _DeviceLike = None):
     _lazy_init()
     props = _C._get_device_properties(_get_device_index(device, optional=True))

@@ -279,8 +279,10 @@ MYDEV_API mydevError_t mydevStreamWaitEvent(mydevStream_t stream, mydevEvent_t e
  * the device address, and the copy fails with mydevErrorInvalidHostPointer,
  * so portable code copies between device ranges with device addresses and
  * mydevMemcpyDeviceToDevice. A kernel address is valid exactly as long as its
- * allocation; after mydevFree it is unmapped (a stray access is a plain
- * SIGSEGV, not a strict-mode report) and the range may be reused. Host code
+ * allocation. After mydevFree both addresses stay reserved (inaccessible, no
+ * memory) until 256 more allocations have been freed: an access through
+ * either faults and is reported as a use after free ("freed device memory
+ * accessed at ..."); later the ranges are unmapped and may be reused. Host code
  * could read device memory through a kernel address too: by convention only
  * launched and inline functions translate.
  *

@@ -61,6 +61,10 @@ struct FaultAllocation {
   uintptr_t base;
   size_t size;
   int device;
+  // A strict-mode allocation already freed (its views stay reserved for a
+  // while, see memory.cpp), reached at its kernel address or its device address.
+  bool freed = false;
+  bool kernel_view = false;
 };
 // For the SIGSEGV handler: never blocks indefinitely and allocates nothing.
 bool findDeviceAllocationForSignal(uintptr_t addr, FaultAllocation* out);

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <deque>
 #include <map>
 #include <vector>
 
@@ -59,8 +60,24 @@ struct KernelView {
   size_t size;
 };
 
+// A freed strict-mode device allocation whose two views are kept reserved
+// (PROT_NONE, no pages) for a while: until then no later mapping can take its
+// addresses, so code still using them faults, and the fault handler can say
+// what they were, instead of a plain SIGSEGV or, once reused, silent corruption.
+struct Freed {
+  uintptr_t device_base;
+  uintptr_t kernel_base;
+  size_t span;
+  size_t size;
+  int device;
+};
+// How many freed allocations stay reserved. Each costs two mappings of address
+// space and no memory (vm.max_map_count, about 65k, bounds live plus reserved).
+constexpr size_t kQuarantined = 256;
+
 struct Registry {
   std::mutex mu;
+  std::deque<Freed> quarantine;  // oldest first
   std::map<uintptr_t, Allocation> allocations;  // keyed by (device) base address
   // Strict mode only: the kernel views of device allocations, keyed by kernel
   // base. Not allocations: a kernel address is host memory to the registry.
@@ -175,6 +192,13 @@ bool findDeviceAllocationForSignal(uintptr_t addr, FaultAllocation* out) {
       const auto* a = findContaining(r, addr, /*use_mapped=*/true);
       bool found = a && a->second.is_device();
       if (found) *out = FaultAllocation{a->first, a->second.size, a->second.device};
+      for (auto it = r.quarantine.rbegin(); !found && it != r.quarantine.rend(); ++it) {
+        const bool device_view = addr - it->device_base < it->span;
+        if (device_view || addr - it->kernel_base < it->span) {
+          *out = FaultAllocation{it->device_base, it->size, it->device, /*freed=*/true, !device_view};
+          found = true;
+        }
+      }
       r.mu.unlock();
       return found;
     }
@@ -262,10 +286,28 @@ mydevError_t release(void* ptr, bool device, mydevError_t not_found) {
   // Unregister before unmapping (both under the lock) so the fault handler
   // never attributes an address to an allocation that is already gone.
   r.allocations.erase(it);
-  munmap(ptr, a.span);
-  if (a.kernel != reinterpret_cast<uintptr_t>(ptr)) {  // strict mode's second view
+  if (a.kernel == reinterpret_cast<uintptr_t>(ptr)) {
+    munmap(ptr, a.span);
+  } else {  // strict mode's two views: reserved for a while (see Freed)
     r.kernel_views.erase(a.kernel);
-    munmap(reinterpret_cast<void*>(a.kernel), a.span);
+    void* views[2] = {ptr, reinterpret_cast<void*>(a.kernel)};
+    bool reserved = true;
+    for (void* v : views) {
+      // Replacing the mapping drops the memfd's pages; the range stays ours.
+      const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED;
+      reserved = mmap(v, a.span, PROT_NONE, flags, -1, 0) != MAP_FAILED && reserved;
+    }
+    if (reserved) {
+      r.quarantine.push_back(Freed{reinterpret_cast<uintptr_t>(ptr), a.kernel, a.span, a.size, a.device});
+    } else {
+      for (void* v : views) munmap(v, a.span);
+    }
+    if (r.quarantine.size() > kQuarantined) {
+      const Freed& oldest = r.quarantine.front();
+      munmap(reinterpret_cast<void*>(oldest.device_base), oldest.span);
+      munmap(reinterpret_cast<void*>(oldest.kernel_base), oldest.span);
+      r.quarantine.pop_front();
+    }
   }
   if (device) r.in_use[static_cast<size_t>(a.device)] -= a.mapped;
   return mydevSuccess;

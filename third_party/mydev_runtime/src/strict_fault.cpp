@@ -3,8 +3,10 @@
 // kernel view, see memory.cpp), so any code that dereferences a device pointer
 // faults, whatever else is running; this handler turns that fault into a
 // message naming the allocation, then aborts. That includes a launched
-// function that forgot mydevKernelAddress: the message is the same. Faults
-// anywhere else (kernel views included) are passed on untouched.
+// function that forgot mydevKernelAddress: the message is the same. So does
+// an access to an allocation freed recently enough that its addresses are
+// still reserved (memory.cpp, Freed), through either address. Faults anywhere
+// else (live kernel views included) are passed on untouched.
 #include "internal.h"
 
 #include <signal.h>
@@ -63,13 +65,20 @@ void onSegv(int sig, siginfo_t* info, void* context) {
   if (info && info->si_code > 0 &&
       findDeviceAllocationForSignal(reinterpret_cast<uintptr_t>(info->si_addr), &a)) {
     Message m;
-    m.add("mydev strict mode: host code accessed device memory at ");
+    m.add(a.freed ? "mydev strict mode: freed device memory accessed at " :
+                    "mydev strict mode: host code accessed device memory at ");
     m.addHex(reinterpret_cast<uintptr_t>(info->si_addr));
     m.add(" (mydev:");
     m.addDec(static_cast<uint64_t>(a.device));
     m.add(" allocation of ");
     m.addDec(a.size);
-    m.add(" bytes) outside a runtime copy or kernel launch\n");
+    if (!a.freed) {
+      m.add(" bytes) outside a runtime copy or kernel launch\n");
+    } else if (a.kernel_view) {
+      m.add(" bytes) through its kernel address: a kernel used it after it was freed\n");
+    } else {
+      m.add(" bytes) through its device address, after it was freed\n");
+    }
     writeAll(m.buf, m.len);
     abort();
   }

@@ -8,6 +8,8 @@
 //   runtime_test strict-fault-running same|other
 //                                    touches device memory while a kernel runs: must abort
 //   runtime_test strict-fault-kernel a kernel dereferences a device address: must abort
+//   runtime_test strict-fault-freed device|kernel
+//                                    uses a freed allocation's device or kernel address: must abort
 //   runtime_test strict-other-segv   an unrelated segfault in strict mode: must stay SIGSEGV
 //   runtime_test fork                fork before and after initialisation
 //   runtime_test blocking            MYDEV_LAUNCH_BLOCKING=1 behaviour (needs it set)
@@ -2754,6 +2756,37 @@ int runStrictFaultInKernel() {
   return 3;
 }
 
+// A freed allocation's addresses stay reserved for a while, so a use after
+// free faults with a report naming it rather than a plain SIGSEGV (or, once
+// the addresses are reused, silently). "device": host code reads the device
+// address; "kernel": a launched function writes through the kernel address
+// it kept, as a kernel outliving its arguments would.
+int runStrictFaultAfterFree(const std::string& which) {
+  if (!mydevStrictMode() || (which != "device" && which != "kernel")) return 2;
+  void* d = nullptr;
+  CHECK_OK(mydevMalloc(&d, 6000));
+  void* stale = which == "device" ? d : mydevKernelAddress(d);
+  void* later = nullptr;
+  CHECK_OK(mydevFree(d));
+  CHECK_OK(mydevMalloc(&later, 6000));  // takes none of the freed addresses
+  CHECK(later != d && mydevKernelAddress(later) != stale);
+  unsigned char* target = static_cast<unsigned char*>(stale) + 10;
+  std::printf("freed %s address %p\n", which.c_str(), static_cast<void*>(target));
+  std::fflush(stdout);
+  if (which == "device") {
+    unsigned char v = *static_cast<volatile unsigned char*>(target);  // must not return
+    std::printf("read %d without faulting\n", v);
+    return 3;
+  }
+  CHECK_OK(mydevLaunchHostFunc(nullptr, [](void* p) {
+    *static_cast<volatile unsigned char*>(p) = 1;  // must not return
+    return 0;
+  }, target));
+  mydevDeviceSynchronize();
+  std::printf("kernel wrote without faulting\n");
+  return 3;
+}
+
 int runStrictOtherSegv() {
   if (!mydevStrictMode()) return 2;
   void* d = nullptr;
@@ -3011,6 +3044,7 @@ int main(int argc, char** argv) {
   if (mode == "strict-other-segv") return runStrictOtherSegv();
   if (mode == "strict-fault-running") return runStrictFaultWhileRunning(argc > 2 ? argv[2] : "");
   if (mode == "strict-fault-kernel") return runStrictFaultInKernel();
+  if (mode == "strict-fault-freed") return runStrictFaultAfterFree(argc > 2 ? argv[2] : "");
   if (mode == "fork") return runFork();
   if (mode == "exit-pending") return runExitPending();
   if (mode == "exit-stuck") return runExitStuck();
