@@ -163,6 +163,24 @@ def test_integer_host_kernels_are_queued_after_their_first_call(name, fn):
     check_queued_like_cpu(fn, I, calls=3)
 
 
+def test_numbers_that_do_not_fit_the_dtype_raise_at_the_call():
+    # The CPU kernels check that a number converts to the tensor's dtype; so
+    # does the queued path, before it queues (as CUDA checks on the host).
+    f, i64, i8 = (torch.zeros(4, device="mydev", dtype=d) for d in (torch.float32, torch.int64, torch.int8))
+    mask = torch.ones(4, dtype=torch.bool, device="mydev")
+    for _ in range(2):  # (also once the integer calls' dtypes are known to the queued path)
+        with delayed(torch.mydev.default_stream()):
+            with pytest.raises(RuntimeError, match="cannot be converted to type float without overflow"):
+                f.fill_(1e300)
+            with pytest.raises(RuntimeError, match="cannot be converted to type int64_t without overflow"):
+                i64.masked_fill(mask, 1e30)
+            with pytest.raises(RuntimeError, match="cannot be converted to type int8_t without overflow"):
+                i8.clamp(0, 1000)
+            f.fill_(2.0), i64.masked_fill_(mask, 7), i8.clamp_(0, 100)   # these fit
+    torch.mydev.synchronize()  # nothing left to report
+    assert f.cpu().tolist() == [2.0] * 4 and i64.cpu().tolist() == [7] * 4
+
+
 def test_integer_ops_that_check_values_run_at_the_call():
     a = torch.tensor([4, 6], device="mydev")
     zero = torch.tensor([0, 1], device="mydev")

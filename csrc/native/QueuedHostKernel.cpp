@@ -164,7 +164,7 @@ const std::unordered_set<std::string>& queueable() {
              "cummax", "cummin", "masked_fill",
              // filling and shaping copies
              "fill", "zero", "tril", "triu", "flip", "roll", "cat", "arange",
-             // random sampling with scalar parameters (see check_random_arguments)
+             // random sampling with scalar parameters (see check_arguments_on_empty_cpu)
              "normal", "uniform", "random", "bernoulli", "exponential", "log_normal", "cauchy", "geometric"}) {
       n.insert(std::string("aten::") + base);
     }
@@ -208,23 +208,46 @@ bool integer_values_checked(const std::string& name) {
   return false;
 }
 
-// The random in-place ops check their scalar arguments in the CPU kernel,
-// which Meta kernels do not all repeat (uniform_'s range, random_'s bounds,
-// bernoulli_'s p). Running the CPU kernel on an empty tensor of self's dtype,
-// with a generator of its own, makes those checks without drawing anything,
-// and raises the CPU's error here, at the call: before the device's
-// generator is drawn from, so a failed call leaves its stream of numbers as
-// it was, as on the CPU.
-void check_random_arguments(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {
+// Scalar arguments are checked by CPU kernels that Meta kernels do not all
+// repeat: the random in-place ops' parameters (uniform_'s range, random_'s
+// bounds, bernoulli_'s p), and, in pointwise ops, whether a number fits the
+// tensors' dtype (fill_(1e300) on float, masked_fill of 1e30 into int64).
+// Running the CPU kernel on empty tensors of the arguments' dtypes, with a
+// generator of its own, makes those checks without computing or drawing
+// anything, and raises the CPU's error here, at the call, as CUDA checks a
+// scalar on the host before launching. Before the device's generator is drawn
+// from, so a failed call leaves its stream of numbers as it was.
+bool has_scalar_checks(const c10::FunctionSchema& schema) {
+  static const std::unordered_set<std::string> names = [] {
+    std::unordered_set<std::string> n;
+    for (const char* base : {"fill", "masked_fill", "clamp", "clamp_min", "clamp_max", "threshold", "hardtanh",
+                             "leaky_relu", "elu", "softplus", "nan_to_num", "lerp", "addcmul", "addcdiv", "where"}) {
+      n.insert(std::string("aten::") + base);
+      n.insert(std::string("aten::") + base + "_");
+    }
+    return n;
+  }();
+  if (!names.count(schema.name())) return false;
+  for (const auto& a : schema.arguments()) {
+    const auto kind = a.type()->kind();
+    if (kind == c10::TypeKind::NumberType) return true;
+    if (auto opt = a.type()->cast<c10::OptionalType>()) {
+      if (opt->getElementType()->kind() == c10::TypeKind::NumberType) return true;
+    }
+  }
+  return false;
+}
+
+void check_arguments_on_empty_cpu(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, Kind kind) {
   const auto& schema = op.schema();
   const auto& params = schema.arguments();
-  const bool random = std::any_of(params.begin(), params.end(), is_optional_generator);
-  if (!random) return;  // (called for in-place ops: self is the first argument)
+  const bool random = kind == Kind::InPlace && std::any_of(params.begin(), params.end(), is_optional_generator);
+  if (!random && !has_scalar_checks(schema)) return;
   static const at::Generator scratch = at::make_generator<at::CPUGeneratorImpl>();
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& v = args[i];
-    if (i == 0) {
+    if (v.isTensor() && v.toTensor().defined()) {
       stack.push_back(at::empty({0}, at::TensorOptions(v.toTensor().scalar_type())));
     } else if (is_optional_generator(params[i])) {
       stack.push_back(scratch);
@@ -555,8 +578,8 @@ bool outputs_ready(const std::vector<c10::IValue>& args, const std::vector<size_
     }
     // (The specs are those of an empty output: see queue_host_kernel.)
     if (out.sizes() != c10::IntArrayRef(spec.sizes)) {
-      if (out.numel() != 0 || c10::IntArrayRef(spec.strides) != c10::IntArrayRef(c10::contiguous_strides(spec.sizes)) ||
-          !resizable_with_contiguous_inputs(out)) {
+      const bool contiguous = c10::IntArrayRef(spec.strides) == c10::IntArrayRef(c10::contiguous_strides(spec.sizes));
+      if (out.numel() != 0 || !contiguous || !resizable_with_contiguous_inputs(out)) {
         return false;
       }
       out.resize_(spec.sizes);
@@ -568,7 +591,8 @@ bool outputs_ready(const std::vector<c10::IValue>& args, const std::vector<size_
       map_tensors(args[i], [&](const at::Tensor& t) {
         if (t.defined() && !t.is_same(out) && t.device() == out.device()) {
           const auto status = at::get_overlap_status(t, out);
-          clash = clash || status == at::MemOverlapStatus::Partial || (output && status == at::MemOverlapStatus::Full);
+          clash = clash || status == at::MemOverlapStatus::Partial ||
+                  (output && status == at::MemOverlapStatus::Full);
         }
         return t;
       });
@@ -668,7 +692,7 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   // then resizes them without PyTorch's warning (given outputs of the wrong
   // shape, it would warn here and the CPU kernel again), and the answer says
   // what shape the outputs must have.
-  if (plan.kind == Kind::InPlace) check_random_arguments(op, args);
+  check_arguments_on_empty_cpu(op, args, plan.kind);
   // (Generators do not shape anything: the Meta kernel gets none.)
   std::vector<c10::IValue> meta_args = args;
   for (size_t i = 0; i < nargs; ++i) {
