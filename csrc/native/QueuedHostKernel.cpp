@@ -260,6 +260,8 @@ void check_arguments_on_empty_cpu(const c10::OperatorHandle& op, const std::vect
 
 // Corrects the Meta kernel's answer where it differs from the CPU kernel's;
 // false if the call must run at the call.
+//  - native_group_norm and its backward: the CPU kernels reject an input not
+//    contiguous in its suggested memory format, which Meta does not check.
 //  - native_layer_norm: the CPU gives a half or bfloat16 input statistics of
 //    its own dtype, Meta float ones.
 //  - native_batch_norm: in eval mode the CPU returns empty save_mean and
@@ -269,6 +271,15 @@ void check_arguments_on_empty_cpu(const c10::OperatorHandle& op, const std::vect
 //    CPU kernel (Meta promotes them).
 bool fix_specs(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
                std::vector<OutputSpec>& specs) {
+  if (schema.name() == "aten::native_group_norm" || schema.name() == "aten::native_group_norm_backward") {
+    for (const c10::IValue& v : args) {
+      if (v.isTensor() && v.toTensor().defined() &&
+          !v.toTensor().is_contiguous(v.toTensor().suggest_memory_format())) {
+        return false;
+      }
+    }
+    return true;
+  }
   if (schema.name() == "aten::native_layer_norm") {
     for (size_t k = 1; k <= 2; ++k) specs[k].dtype = args[0].toTensor().scalar_type();
     return true;
