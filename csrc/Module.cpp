@@ -28,8 +28,7 @@ void synchronize(c10::DeviceIndex device) {
     py::gil_scoped_release no_gil;  // as torch.cuda.synchronize: other Python threads keep running
     err = mydevDeviceSynchronize();
   }
-  reap_finished_kernels();
-  MYDEV_CHECK(err);
+  finish_host_wait(err);
 }
 
 // The flat "name.pool.metric" dictionary torch.cuda.memory_stats returns.
@@ -127,7 +126,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     return previous;
   });
-  m.def("_synchronize", [](int device) { synchronize(static_cast<c10::DeviceIndex>(device)); });
+  // Wrapped so that the queued kernels' warnings it raises become Python warnings.
+  m.def("_synchronize", torch::wrap_pybind_function([](int device) { synchronize(static_cast<c10::DeviceIndex>(device)); }));
   m.def("_set_sync_debug_mode", &set_sync_debug_mode);
   m.def("_get_sync_debug_mode", &sync_debug_mode);
   m.def("_get_device_properties", [](int device) { return device_properties(static_cast<c10::DeviceIndex>(device)); });

@@ -113,6 +113,62 @@ def test_launch_blocking_raises_at_the_launch(python_subprocess):
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
 
 
+def _dof_warnings(record):
+    return [(w.category, str(w.message)) for w in record if "degrees of freedom" in str(w.message)]
+
+
+@pytest.mark.parametrize("sync", ["synchronize", "stream", "event", "cpu", "item", "next launch"])
+def test_a_queued_kernels_warning_is_raised_as_python_warning_at_the_next_sync(sync, capfd):
+    # var's CPU kernel warns when the correction leaves no degrees of freedom. On
+    # mydev that kernel runs on the stream's worker, after the call returned.
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings(record=True) as on_cpu:
+        warnings.simplefilter("always")
+        expected = x.var(dim=0, correction=5)
+    assert len(_dof_warnings(on_cpu)) == 1
+    s = torch.mydev.Stream()
+    d = x.to("mydev")
+    torch.mydev.synchronize()
+    with warnings.catch_warnings(record=True) as on_mydev:
+        warnings.simplefilter("always")
+        with delayed(s, 50_000) as held, torch.mydev.stream(held):
+            got = d.var(dim=0, correction=5)
+            assert _dof_warnings(on_mydev) == []       # the kernel has not run yet
+            if sync == "synchronize":
+                torch.mydev.synchronize()
+            elif sync == "stream":
+                held.synchronize()
+            elif sync == "event":
+                held.record_event().synchronize()
+            elif sync == "cpu":
+                got.cpu()
+            elif sync == "item":
+                got[0].item()
+            else:
+                while not held.query():                # a query raises nothing
+                    pass
+                assert _dof_warnings(on_mydev) == []
+                d.add(1)
+            assert _dof_warnings(on_mydev) == _dof_warnings(on_cpu)
+        torch.mydev.synchronize()
+    assert len(_dof_warnings(on_mydev)) == 1               # raised once
+    assert "degrees of freedom" not in capfd.readouterr().err
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_launch_blocking_raises_a_kernels_warning_at_the_launch(python_subprocess):
+    r = python_subprocess("""
+        import warnings, torch, my_device
+        d = torch.randn(3, 4, device="mydev")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            d.var(dim=0, correction=5)
+            print(sum("degrees of freedom" in str(x.message) for x in w))
+    """, env={"MYDEV_LAUNCH_BLOCKING": "1"})
+    assert r.returncode == 0 and r.stdout.split() == ["1"], r.stdout + r.stderr
+    assert "degrees of freedom" not in r.stderr
+
+
 def test_inputs_and_outputs_live_until_the_kernel_ran():
     s = torch.mydev.Stream()
     with delayed(s), torch.mydev.stream(s):

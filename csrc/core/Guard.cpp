@@ -109,8 +109,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void synchronizeEvent(void* event) const override {
-    if (event != nullptr) MYDEV_CHECK(mydevEventSynchronize(static_cast<mydevEvent_t>(event)));
-    reap_finished_kernels();
+    finish_host_wait(event != nullptr ? mydevEventSynchronize(static_cast<mydevEvent_t>(event)) : mydevSuccess);
   }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
@@ -135,14 +134,12 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeStream(const c10::Stream& stream) const override {
     RuntimeDeviceGuard on_device(stream.device_index());
-    MYDEV_CHECK(mydevStreamSynchronize(stream_handle(stream)));
-    reap_finished_kernels();
+    finish_host_wait(mydevStreamSynchronize(stream_handle(stream)));
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     RuntimeDeviceGuard on_device(device_index);
-    MYDEV_CHECK(mydevDeviceSynchronize());
-    reap_finished_kernels();
+    finish_host_wait(mydevDeviceSynchronize());
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {

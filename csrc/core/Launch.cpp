@@ -6,6 +6,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace my_device {
 namespace {
@@ -19,6 +20,19 @@ std::atomic<int> g_sync_debug_mode{0};
 // Finished tasks, a lock-free stack: workers push one at a time, host threads
 // take the whole stack at once (no pop of single nodes, so no ABA problem).
 std::atomic<LaunchedTask*> g_retired{nullptr};
+
+// Warnings of queued kernels not yet raised on a host thread.
+std::mutex g_warnings_mutex;
+std::vector<c10::Warning> g_warnings;
+std::atomic<bool> g_any_warning{false};
+
+struct KernelWarningCollector final : c10::WarningHandler {
+  void process(const c10::Warning& warning) override {
+    std::lock_guard<std::mutex> lock(g_warnings_mutex);
+    g_warnings.push_back(warning);
+    g_any_warning.store(true, std::memory_order_release);
+  }
+};
 
 thread_local KernelContext tls_kernel;
 thread_local bool tls_in_kernel = false;
@@ -64,6 +78,28 @@ void reap_finished_kernels() {
   }
 }
 
+c10::WarningHandler* kernel_warning_collector() {
+  static KernelWarningCollector collector;  // stateless: the warnings are in g_warnings
+  return &collector;
+}
+
+void raise_kernel_warnings() {
+  if (!g_any_warning.load(std::memory_order_acquire)) return;
+  std::vector<c10::Warning> warnings;
+  {
+    std::lock_guard<std::mutex> lock(g_warnings_mutex);
+    warnings.swap(g_warnings);
+    g_any_warning.store(false, std::memory_order_relaxed);
+  }
+  for (const c10::Warning& w : warnings) c10::warn(w);
+}
+
+void finish_host_wait(mydevError_t err) {
+  reap_finished_kernels();
+  raise_kernel_warnings();
+  MYDEV_CHECK(err);
+}
+
 void record_kernel_failure(c10::DeviceIndex device, const char* label, const std::string& what) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_failures.emplace(device, std::string(label) + ": " + what);  // keeps the first
@@ -71,6 +107,7 @@ void record_kernel_failure(c10::DeviceIndex device, const char* label, const std
 }
 
 void raise_kernel_failure_after_host_read(c10::DeviceIndex device) {
+  if (!in_kernel()) raise_kernel_warnings();
   // Inside a kernel the copy waited for nothing, and waiting here could deadlock.
   if (!g_any_failure.load(std::memory_order_relaxed) || in_kernel()) return;
   {

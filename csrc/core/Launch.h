@@ -33,6 +33,17 @@ void record_kernel_failure(c10::DeviceIndex device, const char* label, const std
 // synchronisation would, since the bytes read may be the failed kernel's. As
 // cudaMemcpy returns an earlier kernel's error. Costs one atomic load if none.
 void raise_kernel_failure_after_host_read(c10::DeviceIndex device);
+// Warnings of queued kernels. A CPU kernel's TORCH_WARN run on a stream worker
+// would go to that thread's handler, which prints to stderr: past Python's
+// `warnings` filters, catch_warnings and pytest. So workers keep them, and a
+// host thread raises them again (same message and source location) when it
+// next launches or synchronises; inside a Python call they become Python
+// warnings there. Any host thread may be the one that raises them, as with
+// CUDA's device-wide sticky errors.
+void raise_kernel_warnings();
+// After a host thread waited for the device (a synchronisation): destroys the
+// finished tasks, raises their warnings, then raises `err` if it is a failure.
+void finish_host_wait(mydevError_t err);
 // torch.mydev.set_sync_debug_mode, as torch.cuda's: 0 says nothing, 1 warns
 // and 2 raises when an operation makes the host wait for the device (a
 // synchronous copy to or from the host, .item(), a kernel run at the call).
@@ -100,6 +111,8 @@ struct LaunchedTask {
 void retire_kernel(LaunchedTask* task);
 void reap_finished_kernels();
 bool has_finished_kernels();
+// The worker's warning handler while a queued kernel runs (see raise_kernel_warnings).
+c10::WarningHandler* kernel_warning_collector();
 
 template <class F>
 void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
@@ -118,6 +131,7 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
     int status = 0;
     try {
       KernelScope in_kernel(t->context);
+      c10::WarningUtils::WarningHandlerGuard keep_warnings(kernel_warning_collector());
       if (take_injected_failure(t->label)) {
         throw std::runtime_error("injected failure (my_device._C._test_inject_kernel_failure)");
       }
@@ -146,12 +160,18 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
     delete task;  // not enqueued
     MYDEV_CHECK(err);
   }
+  // After the launch, so that under MYDEV_LAUNCH_BLOCKING the kernel's own
+  // warnings are raised by the call that ran it.
+  if (!in_kernel()) raise_kernel_warnings();
 }
 
 template <class F>
 void launch_inline(c10::DeviceIndex device, F&& body) {
   // (It waits for the stream, unless called from a kernel, which waits for nothing.)
-  if (!in_kernel()) warn_or_error_on_sync();
+  if (!in_kernel()) {
+    raise_kernel_warnings();
+    warn_or_error_on_sync();
+  }
   struct Closure {
     F* body;
     std::exception_ptr error;
