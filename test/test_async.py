@@ -95,15 +95,21 @@ def test_a_host_read_after_a_failed_kernel_raises_naming_the_op(read):
     assert (a * 3).sum().item() == 30.0        # the device still works
 
 
-def test_launch_blocking_raises_at_the_launch(python_subprocess):
-    r = python_subprocess("""
+@pytest.mark.parametrize("setup,launch,error", [
+    ('my_device._C._test_inject_kernel_failure("aten::add.Tensor")', "a + 1",
+     "aten::add.Tensor: injected failure"),
+    ('a[torch.tensor([1], device="mydev")]', 'a[torch.tensor([7], device="mydev")]',
+     "aten::index.Tensor: index 7 is out of bounds"),
+])
+def test_launch_blocking_raises_at_the_launch(python_subprocess, setup, launch, error):
+    r = python_subprocess(f"""
         import torch, my_device
         a = torch.arange(5.0, device="mydev")
-        my_device._C._test_inject_kernel_failure("aten::add.Tensor")
+        {setup}
         try:
-            a + 1
+            {launch}
         except RuntimeError as e:
-            assert "aten::add.Tensor: injected failure" in str(e), e
+            assert {error!r} in str(e), e
         else:
             raise SystemExit("no error at the launch")
         torch.mydev.synchronize()              # nothing left to report
@@ -591,8 +597,8 @@ def test_python_meta_kernels_still_override_the_cpp_ones():
 
 
 def test_queued_host_kernels_keep_errors_at_the_call():
-    # Shape errors come from the Meta kernel, at the call; values a kernel would
-    # reject (an index) and dtypes it lacks keep such ops on the inline path.
+    # Shape errors come from the Meta kernel, at the call; dtypes the CPU kernel
+    # lacks keep such ops on the inline path, which raises the CPU's error.
     a, b = torch.randn(1 << 19, device="mydev"), torch.randn(1 << 18, device="mydev")
     with pytest.raises(RuntimeError, match="must match the size"):
         torch.maximum(a, b)

@@ -199,11 +199,17 @@ def test_invalid_device_index_raises():
 
 def test_bad_index_raises_and_device_still_works():
     x = torch.arange(5.0, device="mydev")
-    with pytest.raises(IndexError):
-        x[torch.tensor([7], device="mydev")]
-    with pytest.raises(IndexError):
-        x[10]
+    other = torch.ones(3, device="mydev")
+    with pytest.raises(IndexError, match="index 10 is out of bounds"):
+        x[10]                                  # checked on the host, at the call
+    # An index tensor is read by the queued kernel, which fails: the next
+    # synchronisation raises, naming the op, as CUDA's device-side assert.
+    x[torch.tensor([1], device="mydev")]
+    x[torch.tensor([7], device="mydev")]
+    with pytest.raises(RuntimeError, match="aten::index.Tensor: index 7 is out of bounds for dimension 0"):
+        torch.mydev.synchronize()
     torch.testing.assert_close(x.cpu(), torch.arange(5.0))
+    torch.testing.assert_close(other.cpu(), torch.ones(3))
     assert (x + 1).sum().item() == 15.0
 
 

@@ -257,19 +257,85 @@ def test_random_op_argument_errors_come_at_the_call():
     assert torch.equal(torch.rand(8, device="mydev").cpu(), want)
 
 
-def test_a_training_step_is_fully_queued_but_for_value_checked_ops():
-    # The demo's network, optimiser and loss: every op of a step is queued
-    # except the class-target loss (it checks the targets' values at the call).
+@pytest.mark.parametrize("targets", ["classes", "probabilities"])
+def test_a_training_step_makes_the_host_wait_for_nothing(targets):
+    # The demo's network, optimiser and loss. After a first step (which runs each
+    # new dtype signature at the call once), a step is all queued: sync debug
+    # mode "error" raises on any operation that waits for the device.
     from my_device import demo
     torch.manual_seed(0)
     model = demo.SmallNet().to("mydev")
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     x = torch.randn(8, 3, 16, 16, device="mydev")
-    y = torch.randn(8, 10, device="mydev").softmax(1)   # soft targets: no value checks
-    for _ in range(2):
-        _, was_queued = queued(lambda: (opt.zero_grad(), F.cross_entropy(model(x), y).backward(), opt.step()),
-                               us=2_000)
-    assert was_queued
+    if targets == "classes":
+        y = torch.randint(0, 10, (8,)).to("mydev")
+    else:
+        y = torch.randn(8, 10, device="mydev").softmax(1)
+
+    def step():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    step()
+    try:
+        torch.mydev.set_sync_debug_mode("error")
+        losses = [step() for _ in range(2)]
+    finally:
+        torch.mydev.set_sync_debug_mode("default")
+    assert losses[1].item() < losses[0].item()
+
+
+IDX = torch.tensor([3, 1, 7, 7])
+IDX2 = torch.tensor([[3, 1, 0], [7, 7, 2]])
+COLS = torch.tensor([5, 0, 2, 2])
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("index_select", lambda x, i, i2, c: x.index_select(0, i)),
+    ("x[i]", lambda x, i, i2, c: x[i]),
+    ("x[i, j]", lambda x, i, i2, c: x[i, c]),
+    ("gather", lambda x, i, i2, c: x.gather(0, i2)),
+    ("take", lambda x, i, i2, c: x.take(i2)),
+    ("scatter", lambda x, i, i2, c: x.scatter(0, i2, -1.0)),
+    ("scatter_add", lambda x, i, i2, c: x.scatter_add(0, i2, x[:2, :3])),
+    ("index_add", lambda x, i, i2, c: x.index_add(0, i, x[:4])),
+    ("index_copy", lambda x, i, i2, c: x.index_copy(0, i[:2], x[:2])),
+    ("index_fill", lambda x, i, i2, c: x.index_fill(1, c, 2.0)),
+    ("index_put accumulate", lambda x, i, i2, c: x.index_put((i, c), x[0, :4], accumulate=True)),
+    ("embedding", lambda x, i, i2, c: F.embedding(i2, x)),
+    ("cross_entropy", lambda x, i, i2, c: F.cross_entropy(x[:4], c)),
+    ("nll_loss, no reduction", lambda x, i, i2, c: F.nll_loss(x[:4].log_softmax(1), c, reduction="none")),
+])
+def test_indexing_gathers_scatters_and_class_losses_are_queued(name, fn):
+    check_queued_like_cpu(fn, torch.randn(10, 6), IDX, IDX2, COLS)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("index_select", lambda x, bad: x.index_select(0, bad)),
+    ("x[i]", lambda x, bad: x[bad]),
+    ("gather", lambda x, bad: x.gather(0, bad)),
+    ("scatter_", lambda x, bad: x.clone().scatter_(0, bad, 1.0)),
+    ("embedding", lambda x, bad: F.embedding(bad, x.view(5, 1))),
+    ("nll_loss", lambda x, bad: F.nll_loss(x.view(1, 5).expand(1, 5), bad)),
+])
+def test_an_index_out_of_range_in_a_queued_op_is_reported_at_the_next_sync(name, fn):
+    # As CUDA reports a device-side assert: the call returns, the next
+    # synchronisation raises, naming the op. Unlike CUDA the device stays usable.
+    x = torch.arange(5.0, device="mydev")
+    good, bad = torch.tensor([1]).to("mydev"), torch.tensor([7]).to("mydev")
+    with pytest.raises((IndexError, RuntimeError), match="out of (bounds|range)|Target 7"):
+        fn(x.cpu(), bad.cpu())                 # the CPU's own error
+    fn(x, good)                                # (the first call of a dtype signature runs at the call)
+    torch.mydev.synchronize()
+    fn(x, bad)                                 # queued: no error yet
+    with pytest.raises(RuntimeError, match=r"a kernel failed on mydev:0: aten::\S+: .*(out of|Target 7)"):
+        torch.mydev.synchronize()
+    torch.mydev.synchronize()                  # reported once
+    torch.testing.assert_close(x.cpu(), torch.arange(5.0))
+    torch.testing.assert_close(fn(x, good).cpu(), fn(x.cpu(), good.cpu()))
 
 
 def test_arange_is_queued_and_shaped_by_its_exact_bounds():

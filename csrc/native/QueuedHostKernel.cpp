@@ -120,11 +120,14 @@ struct Plan {
 };
 
 // The ops that may be queued, by base name: families whose output shapes
-// follow from the input shapes and whose CPU kernels never reject the data.
-// Indexing, gathers and scatters, losses with class targets, random sampling
-// and linear algebra validate values (an index out of range) and raise; on the
-// inline path that error comes at the call, as on the CPU, instead of at a
-// later synchronisation, as a GPU's device-side assert would.
+// follow from the input shapes. Indexing, gathers and scatters and the
+// class-target losses are among them although their CPU kernels reject an
+// index out of range: as a GPU's device-side assert, that error is reported at
+// the next synchronisation, naming the op (and the device stays usable). Run
+// at the call instead, they made the host wait for the stream on every call
+// (twice a training step, for the loss), where CUDA does not; sync debug mode
+// reported them. Linear algebra, and the overloads checks_tensor_values
+// lists, still check values at the call.
 const std::unordered_set<std::string>& queueable() {
   static const std::unordered_set<std::string> names = [] {
     std::unordered_set<std::string> n;
@@ -165,7 +168,12 @@ const std::unordered_set<std::string>& queueable() {
              // filling and shaping copies
              "fill", "zero", "tril", "triu", "flip", "roll", "cat", "arange",
              // random sampling with scalar parameters (see check_arguments_on_empty_cpu)
-             "normal", "uniform", "random", "bernoulli", "exponential", "log_normal", "cauchy", "geometric"}) {
+             "normal", "uniform", "random", "bernoulli", "exponential", "log_normal", "cauchy", "geometric",
+             // indexing, gathers and scatters, class-target losses: an index out of
+             // range fails on the worker and is reported at the next synchronisation
+             "index_select", "index", "index_put", "_index_put_impl", "gather", "scatter", "scatter_add",
+             "scatter_reduce", "index_add", "index_copy", "index_fill", "take", "embedding_dense_backward",
+             "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward"}) {
       n.insert(std::string("aten::") + base);
     }
     return n;
