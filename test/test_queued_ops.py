@@ -361,3 +361,100 @@ def test_copies_between_devices_are_ordered_with_both_streams():
         d0.fill_(5.0)                       # queued on mydev:0: must wait for the copy
     torch.testing.assert_close(copied.cpu(), x)
     torch.testing.assert_close(d0.cpu(), torch.full((1000,), 5.0))
+
+
+# Ops outside the listed families are queued too once a call with the same
+# dtypes ran at the call (their float kernels are not known in advance).
+@pytest.mark.parametrize("name,fn", [
+    ("digamma", torch.digamma),
+    ("special.i1e", torch.special.i1e),
+    ("special.zeta", lambda x: torch.special.zeta(x.abs() + 1, 2.0)),
+    ("logaddexp", lambda x: torch.logaddexp(x, x * 2)),
+    ("hardshrink", F.hardshrink),
+    ("glu", lambda x: F.glu(x, -1)),
+    ("pad, reflect", lambda x: F.pad(x, (2, 1), mode="reflect")),
+    ("interpolate, bicubic", lambda x: F.interpolate(x.unsqueeze(0), scale_factor=2, mode="bicubic")),
+    ("avg_pool3d", lambda x: F.avg_pool3d(x.unsqueeze(0), 2)),
+    ("pixel_shuffle", lambda x: F.pixel_shuffle(x.reshape(1, 4, 6, 8), 2)),
+    ("kthvalue", lambda x: torch.kthvalue(x, 3, -1)),
+    ("median over a dim", lambda x: torch.median(x, 1)),
+    ("cdist", lambda x: torch.cdist(x, x)),
+    ("trace", lambda x: torch.trace(x[0])),
+    ("histc", lambda x: torch.histc(x, 10, -2, 2)),
+    ("linalg.solve_triangular", lambda x: torch.linalg.solve_triangular(
+        x[0, :, :6].triu() + 6 * torch.eye(6, device=x.device), x[1, :, :6], upper=True)),
+])
+def test_ops_outside_the_listed_families_are_queued_after_their_first_call(name, fn):
+    check_queued_like_cpu(fn, X)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("float * bool mask", lambda x: x * (x > 0)),
+    ("float / int64", lambda x: x / torch.arange(1, 9, device=x.device)),
+    ("int64 * 0.5", lambda x: torch.arange(8, device=x.device) * 0.5),
+    ("float add_ int64", lambda x: x.clone().add_(torch.arange(8, device=x.device))),
+    ("int64 matrix product", lambda x: torch.arange(8, device=x.device).view(2, 4) @ torch.ones(4, 3, dtype=torch.long, device=x.device)),
+    ("nanmean (sum / integer count)", lambda x: torch.nanmean(x, 1)),
+])
+def test_mixed_dtype_and_integer_calls_of_structured_ops_are_queued_after_their_first_call(name, fn):
+    # add/sub/mul/div, mm and softmax run their own queued kernels for one
+    # floating dtype; other calls go through the queued host kernel.
+    check_queued_like_cpu(fn, X)
+
+
+def test_an_op_outside_the_listed_families_rejects_an_unsupported_dtype_at_the_call():
+    # Its first call with a dtype signature runs at the call, so a CPU kernel
+    # without that dtype raises there (every time), not at a later sync.
+    h = torch.randn(8).to("mydev")
+    with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+        torch.bitwise_and(h.cpu(), h.cpu())
+    for _ in range(2):
+        with delayed(torch.mydev.default_stream()):
+            with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+                torch.bitwise_and(h, h)
+    torch.mydev.synchronize()  # nothing left to report
+    torch.testing.assert_close((h * 2).cpu(), h.cpu() * 2)
+
+
+def test_linear_algebra_that_checks_its_result_raises_at_the_call():
+    # As CUDA's kernels read their LAPACK `info` on the host to raise here.
+    singular = torch.zeros(3, 3, device="mydev")
+    for _ in range(2):
+        with delayed(torch.mydev.default_stream()):
+            with pytest.raises(RuntimeError, match="singular|zero"):
+                torch.linalg.inv(singular)
+            with pytest.raises(RuntimeError, match="positive-definite"):
+                torch.linalg.cholesky(-torch.eye(3, device="mydev"))
+    torch.mydev.synchronize()  # nothing left to report
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("put", lambda x, i: x.put(i, torch.ones(1, device=x.device))),
+    ("index_reduce", lambda x, i: x.index_reduce(0, i, torch.ones(1, device=x.device), "prod")),
+])
+def test_a_value_error_in_an_op_outside_the_listed_families_is_reported_at_the_next_sync(name, fn):
+    x = torch.arange(5.0, device="mydev")
+    good, bad = torch.tensor([1]).to("mydev"), torch.tensor([7]).to("mydev")
+    fn(x, good)                                # (the first call of a dtype signature runs at the call)
+    torch.mydev.synchronize()
+    fn(x, bad)                                 # queued: no error yet
+    with pytest.raises(RuntimeError, match=r"a kernel failed on mydev:0: aten::\S+: .*out of range"):
+        torch.mydev.synchronize()
+    torch.testing.assert_close(fn(x, good).cpu(), fn(x.cpu(), good.cpu()))
+
+
+def test_an_op_whose_meta_kernel_disagrees_with_the_cpu_stays_at_the_call():
+    # embedding_bag's Meta kernel sizes one output differently from the CPU
+    # kernel; its first run at the call shows that, and later calls are not
+    # queued (a queued call would hand out outputs of the wrong size), so an
+    # index out of range is still raised at the call.
+    weight = torch.randn(5, 3, device="mydev")
+    offsets = torch.tensor([0], device="mydev")
+    good, bad = torch.tensor([1, 2]).to("mydev"), torch.tensor([1, 9]).to("mydev")
+    for _ in range(2):
+        torch.testing.assert_close(F.embedding_bag(good, weight, offsets).cpu(),
+                                   F.embedding_bag(good.cpu(), weight.cpu(), offsets.cpu()))
+    with delayed(torch.mydev.default_stream()):
+        with pytest.raises(RuntimeError, match="not in the valid range"):
+            F.embedding_bag(bad, weight, offsets)
+    torch.mydev.synchronize()  # nothing left to report

@@ -55,50 +55,42 @@ at::Tensor match_wrapped_scalar(const at::Tensor& self, const at::Tensor& other)
 }
 
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  auto on_host = [](const at::Tensor& a, const at::Tensor& b, const at::Scalar& s) { return at::add(a, b, s); };
-  return functional<at::native::structured_ufunc_add_CPU>("aten::add.Tensor", on_host, self,
+  return functional<at::native::structured_ufunc_add_CPU>("aten::add.Tensor", self,
                                                           match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  auto on_host = [](at::Tensor a, const at::Tensor& b, const at::Scalar& s) { a.add_(b, s); };
-  return in_place<at::native::structured_ufunc_add_CPU>("aten::add_.Tensor", on_host, self,
+  return in_place<at::native::structured_ufunc_add_CPU>("aten::add_.Tensor", self,
                                                         match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  auto on_host = [](const at::Tensor& a, const at::Tensor& b, const at::Scalar& s) { return at::sub(a, b, s); };
-  return functional<at::native::structured_sub_out>("aten::sub.Tensor", on_host, self,
+  return functional<at::native::structured_sub_out>("aten::sub.Tensor", self,
                                                     match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor& sub_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  auto on_host = [](at::Tensor a, const at::Tensor& b, const at::Scalar& s) { a.sub_(b, s); };
-  return in_place<at::native::structured_sub_out>("aten::sub_.Tensor", on_host, self,
+  return in_place<at::native::structured_sub_out>("aten::sub_.Tensor", self,
                                                   match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
-  auto on_host = [](const at::Tensor& a, const at::Tensor& b) { return at::mul(a, b); };
-  return functional<at::native::structured_mul_out>("aten::mul.Tensor", on_host, self,
+  return functional<at::native::structured_mul_out>("aten::mul.Tensor", self,
                                                     match_wrapped_scalar(self, other));
 }
 
 at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
-  auto on_host = [](at::Tensor a, const at::Tensor& b) { a.mul_(b); };
-  return in_place<at::native::structured_mul_out>("aten::mul_.Tensor", on_host, self,
+  return in_place<at::native::structured_mul_out>("aten::mul_.Tensor", self,
                                                   match_wrapped_scalar(self, other));
 }
 
 at::Tensor div(const at::Tensor& self, const at::Tensor& other) {
-  auto on_host = [](const at::Tensor& a, const at::Tensor& b) { return at::div(a, b); };
-  return functional<at::native::structured_div_out>("aten::div.Tensor", on_host, self,
+  return functional<at::native::structured_div_out>("aten::div.Tensor", self,
                                                     match_wrapped_scalar(self, other));
 }
 
 at::Tensor& div_(at::Tensor& self, const at::Tensor& other) {
-  auto on_host = [](at::Tensor a, const at::Tensor& b) { a.div_(b); };
-  return in_place<at::native::structured_div_out>("aten::div_.Tensor", on_host, self,
+  return in_place<at::native::structured_div_out>("aten::div_.Tensor", self,
                                                   match_wrapped_scalar(self, other));
 }
 

@@ -345,7 +345,22 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
       }
     }
   });
-  confirm_queueable_dtypes();
+  confirm_queueable_dtypes(*stack, schema.returns().size());
+}
+
+const c10::OperatorHandle& op_named(const char* label) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, c10::OperatorHandle> ops;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = ops.find(label);
+  if (it == ops.end()) {
+    const std::string full(label);
+    const size_t dot = full.find('.');
+    const std::string name = full.substr(0, dot);
+    const std::string overload = dot == std::string::npos ? "" : full.substr(dot + 1);
+    it = ops.emplace(full, c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str())).first;
+  }
+  return it->second;
 }
 
 } // namespace my_device

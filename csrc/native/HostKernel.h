@@ -113,5 +113,7 @@ c10::IValue host_generator(const c10::IValue& v, const c10::Argument& arg, c10::
 
 // The boxed host kernel, usable for any op whose CPU kernel is registered.
 void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+// The operator overload named "aten::name.overload" (or "aten::name"), looked up once.
+const c10::OperatorHandle& op_named(const char* label);
 
 } // namespace my_device

@@ -16,33 +16,30 @@ namespace {
 
 using namespace structured;
 
-// The CPU kernels lack some dtypes (bool) and say so only when they run, which
-// on the queue would be at a later synchronisation: such calls run now.
+// The CPU kernels lack some dtypes (bool) and say so only when they run. Such
+// calls go through the host kernel, which runs a dtype signature's first call
+// at the call, so that the error comes there, and queues later ones.
 bool queueable(const at::Tensor& t) {
   return at::isFloatingType(t.scalar_type());
 }
 
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   check_same_device("mm", {{"self", self}, {"mat2", mat2}});
-  auto on_host = [](const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); };
-  if (!queueable(self)) return on_host_now(self.device().index(), on_host, self, mat2);
-  return functional<at::native::structured_mm_out_cpu>("aten::mm", on_host, self, mat2);
+  if (!queueable(self)) return run_host_kernel("aten::mm", self, mat2)[0].toTensor();
+  return functional<at::native::structured_mm_out_cpu>("aten::mm", self, mat2);
 }
 
 at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2) {
   check_same_device("bmm", {{"self", self}, {"mat2", mat2}});
-  auto on_host = [](const at::Tensor& a, const at::Tensor& b) { return at::bmm(a, b); };
-  if (!queueable(self)) return on_host_now(self.device().index(), on_host, self, mat2);
-  return functional<at::native::structured_bmm_out_cpu>("aten::bmm", on_host, self, mat2);
+  if (!queueable(self)) return run_host_kernel("aten::bmm", self, mat2)[0].toTensor();
+  return functional<at::native::structured_bmm_out_cpu>("aten::bmm", self, mat2);
 }
 
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
                  const at::Scalar& alpha) {
   check_same_device("addmm", {{"self", self}, {"mat1", mat1}, {"mat2", mat2}});
-  auto on_host = [](const at::Tensor& s, const at::Tensor& a, const at::Tensor& b, const at::Scalar& be,
-                    const at::Scalar& al) { return at::addmm(s, a, b, be, al); };
-  if (!queueable(mat1)) return on_host_now(mat1.device().index(), on_host, self, mat1, mat2, beta, alpha);
-  return functional<at::native::structured_addmm_out_cpu>("aten::addmm", on_host, self, mat1, mat2, beta, alpha);
+  if (!queueable(mat1)) return run_host_kernel("aten::addmm", self, mat1, mat2, beta, alpha)[0].toTensor();
+  return functional<at::native::structured_addmm_out_cpu>("aten::addmm", self, mat1, mat2, beta, alpha);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

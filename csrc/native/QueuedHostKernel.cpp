@@ -9,8 +9,8 @@
 //                 allocation of the outputs on the device;
 //   later (worker): the CPU out= kernel (or in-place kernel) on host aliases of
 //                 the device memory, writing into those outputs.
-// Ops outside the families listed in queueable(), ops without a Meta kernel or
-// out= overload, and calls whose Meta kernel fails stay on the inline path,
+// Ops without a Meta kernel, linear algebra that checks its results
+// (queue_policy), and calls whose Meta kernel fails stay on the inline path,
 // which reproduces the CPU's own behaviour and error messages.
 //
 // Eligible calls are queued at any size. Most of torch 2.13's Meta kernels are
@@ -33,6 +33,7 @@
 #include <c10/util/strides.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -40,6 +41,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "Factory.h"
 #include "HostKernel.h"
@@ -95,6 +97,9 @@ class MetaCache {
 
 // Dtype signatures (the scalar types of a call's tensors, in order) whose CPU
 // kernel is known to exist: see queueable_dtype.
+// A first run that gave outputs of other sizes or dtypes than the Meta
+// kernel's answer disables queueing for the op (`refuted`): its Meta kernel
+// cannot be trusted to shape the outputs a queued call hands out at once.
 class VerifiedDtypes {
  public:
   bool contains(const std::string& signature) {
@@ -105,10 +110,17 @@ class VerifiedDtypes {
     std::lock_guard<std::mutex> lock(mu_);
     set_.insert(std::move(signature));
   }
+  void refute() {
+    refuted_.store(true, std::memory_order_relaxed);
+  }
+  bool refuted() const {
+    return refuted_.load(std::memory_order_relaxed);
+  }
 
  private:
   std::mutex mu_;
   std::unordered_set<std::string> set_;
+  std::atomic<bool> refuted_{false};
 };
 
 struct Plan {
@@ -117,17 +129,19 @@ struct Plan {
   std::string label;                          // "aten::name.overload", for failure reports
   std::unique_ptr<MetaCache> meta_cache = std::make_unique<MetaCache>();
   std::unique_ptr<VerifiedDtypes> verified = std::make_unique<VerifiedDtypes>();
+  bool floating_known = false;  // float/double calls need no first run at the call
 };
 
-// The ops that may be queued, by base name: families whose output shapes
-// follow from the input shapes. Indexing, gathers and scatters and the
-// class-target losses are among them although their CPU kernels reject an
-// index out of range: as a GPU's device-side assert, that error is reported at
-// the next synchronisation, naming the op (and the device stays usable). Run
-// at the call instead, they made the host wait for the stream on every call
-// (twice a training step, for the loss), where CUDA does not; sync debug mode
-// reported them. Linear algebra, and the overloads checks_tensor_values
-// lists, still check values at the call.
+// The families whose CPU kernels are known to have float, double and bool
+// loops, by base name: their float and double calls are queued from the
+// first (see queueable_dtype). Every other op with a Meta kernel is queued too
+// (queue_policy), once a call with the same dtypes ran at the call. Indexing,
+// gathers and scatters and the class-target losses are listed although their
+// CPU kernels reject an index out of range: as a GPU's device-side assert,
+// that error is reported at the next synchronisation, naming the op (and the
+// device stays usable). Run at the call instead, they made the host wait for
+// the stream on every call (twice a training step, for the loss), where CUDA
+// does not; sync debug mode reported them.
 const std::unordered_set<std::string>& queueable() {
   static const std::unordered_set<std::string> names = [] {
     std::unordered_set<std::string> n;
@@ -181,6 +195,33 @@ const std::unordered_set<std::string>& queueable() {
   return names;
 }
 
+// Linear algebra that checks its results' `info` and raises (a matrix that is
+// singular, not positive-definite, or an algorithm that did not converge)
+// stays at the call: CUDA's kernels for these read `info` on the host, and so
+// synchronise, to raise there. LAPACK ops that cannot fail on values are
+// queued like any other op.
+bool checks_lapack_info(const std::string& name) {
+  static const std::unordered_set<std::string> never_fail = {
+      "aten::linalg_vector_norm", "aten::linalg_cross",   "aten::linalg_matrix_exp",
+      "aten::linalg_solve_triangular", "aten::linalg_householder_product", "aten::linalg_lu"};
+  if (never_fail.count(name)) return false;
+  if (name.rfind("aten::linalg_", 0) == 0 || name.rfind("aten::_linalg_", 0) == 0) return true;
+  return name == "aten::cholesky" || name == "aten::cholesky_inverse" || name == "aten::_cholesky_solve_helper";
+}
+
+// Whether an op (by base name) may be queued, and whether its float and double
+// kernels are known to exist. An op with a Meta kernel has output shapes that
+// follow from its arguments' shapes and values: the Meta kernels of ops whose
+// shapes depend on the data (nonzero, masked_select, unique, boolean indexing,
+// repeat_interleave without output_size) raise, which keeps those at the call,
+// where CUDA synchronises too.
+enum class QueuePolicy { Never, AnyDtypeVerified, FloatingKnown };
+QueuePolicy queue_policy(const std::string& base) {
+  if (queueable().count(base)) return QueuePolicy::FloatingKnown;
+  if (checks_lapack_info(base)) return QueuePolicy::Never;
+  return QueuePolicy::AnyDtypeVerified;
+}
+
 // Ops whose CPU out= kernel (torch 2.13) must not be used, so their functional
 // kernel is queued and its results copied (Kind::FunctionalCopy):
 //  - native_batch_norm's computes wrong values for an input that is not
@@ -207,7 +248,9 @@ bool checks_tensor_values(const c10::FunctionSchema& schema) {
 }
 
 // Ops whose integer kernels raise on values (division by zero, a negative
-// integer power): with integer tensors these run at the call.
+// integer power): with integer tensors only these run at the call. (With a
+// floating tensor among them, as in nanmean's sum / count, the division is a
+// floating one and cannot raise.)
 bool integer_values_checked(const std::string& name) {
   for (const char* op : {"aten::div", "aten::div_", "aten::remainder", "aten::remainder_", "aten::fmod", "aten::fmod_",
                          "aten::pow", "aten::pow_", "aten::floor_divide", "aten::floor_divide_"}) {
@@ -359,9 +402,11 @@ Plan make_plan(const c10::OperatorHandle& op) {
   plan.label = schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name();
   std::string base = schema.name();
   if (base.size() > 1 && base.back() == '_' && base[base.size() - 2] != '_') base.pop_back();
-  if (!queueable().count(base) || !op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) {
+  const QueuePolicy policy = queue_policy(base);
+  if (policy == QueuePolicy::Never || !op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) {
     return plan;
   }
+  plan.floating_known = policy == QueuePolicy::FloatingKnown;
   const auto& args = schema.arguments();
   size_t written = 0;
   for (const auto& a : args) written += writes(a) ? 1 : 0;
@@ -414,7 +459,7 @@ int64_t queue_min_elements() {
 
 // Which dtypes a CPU kernel supports is only known when it runs, and an
 // unsupported one must be reported at the call. Every op in queueable() has
-// float and double kernels (bool for masks and conditions, alongside floating
+// float and double kernels (other ops verify those too) (bool for masks and conditions, alongside floating
 // tensors). Kernels for half, bfloat16 and the integer types most have, not
 // all: a call with those dtypes (or with only bool tensors) runs at the call
 // until one with the same dtype signature has run there without error
@@ -431,9 +476,11 @@ bool verified_dtype(const at::Tensor& t) {
          t.scalar_type() == at::kBool;
 }
 
-// The call waiting for its first run at the call to confirm its dtypes.
+// The call waiting for its first run at the call to confirm its dtypes, and
+// what its Meta kernel said that run would return.
 thread_local const Plan* tls_unconfirmed_plan = nullptr;
 thread_local std::string tls_unconfirmed_signature;
+thread_local std::vector<OutputSpec> tls_unconfirmed_specs;
 
 // Counts the floating tensors in `v` into `floating`; false if any tensor has
 // a dtype that is not queueable. An argument named `indices` is int64 by
@@ -623,10 +670,21 @@ bool outputs_ready(const std::vector<c10::IValue>& args, const std::vector<size_
 
 } // namespace
 
-void confirm_queueable_dtypes() {
+void confirm_queueable_dtypes(const torch::jit::Stack& stack, size_t nreturns) {
   if (tls_unconfirmed_plan == nullptr) return;
-  tls_unconfirmed_plan->verified->insert(std::move(tls_unconfirmed_signature));
-  tls_unconfirmed_plan = nullptr;
+  const Plan& plan = *std::exchange(tls_unconfirmed_plan, nullptr);
+  const std::vector<OutputSpec>& specs = tls_unconfirmed_specs;
+  bool agrees = nreturns == specs.size() && stack.size() >= nreturns;
+  for (size_t k = 0; agrees && k < nreturns; ++k) {
+    const c10::IValue& r = stack[stack.size() - nreturns + k];
+    agrees = r.isTensor() && r.toTensor().sizes() == c10::IntArrayRef(specs[k].sizes) &&
+             r.toTensor().scalar_type() == specs[k].dtype;
+  }
+  if (!agrees) {
+    plan.verified->refute();
+    return;
+  }
+  plan.verified->insert(std::move(tls_unconfirmed_signature));
 }
 
 std::optional<std::vector<OutputSpec>> meta_outputs(const c10::OperatorHandle& op,
@@ -668,11 +726,12 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   const size_t nargs = schema.arguments().size();
   const size_t first = stack->size() - nargs;
   int floating = 0;
+  std::optional<std::string> unconfirmed;  // the dtype signature, if it needs a first run at the call
   for (size_t i = first; i < stack->size(); ++i) {
     if (!queueable_dtypes((*stack)[i], schema.arguments()[i - first], floating)) return false;
   }
   {
-    bool unverified = floating == 0;  // (not every op has bool kernels)
+    bool unverified = floating == 0 || !plan.floating_known;  // (not every op has bool kernels)
     bool integer = false;
     std::string signature;
     for (size_t i = first; i < stack->size(); ++i) {
@@ -683,12 +742,9 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
         return t;
       });
     }
-    if (integer && integer_values_checked(schema.name())) return false;
-    if (unverified && !plan.verified->contains(signature)) {
-      tls_unconfirmed_plan = &plan;
-      tls_unconfirmed_signature = std::move(signature);
-      return false;
-    }
+    if (integer && floating == 0 && integer_values_checked(schema.name())) return false;
+    if (plan.verified->refuted()) return false;
+    if (unverified && !plan.verified->contains(signature)) unconfirmed = std::move(signature);
   }
   if (const int64_t min = queue_min_elements(); min > 0) {
     int64_t n = 0;
@@ -726,6 +782,13 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   Specs answer = meta_outputs(op, meta_args);
   if (!answer || !fix_specs(schema, args, *answer)) return false;
   const std::vector<OutputSpec>& specs = *answer;
+  if (unconfirmed) {
+    // Runs at the call; confirm_queueable_dtypes checks its outputs against specs.
+    tls_unconfirmed_plan = &plan;
+    tls_unconfirmed_signature = std::move(*unconfirmed);
+    tls_unconfirmed_specs = specs;
+    return false;
+  }
 
   std::vector<at::Tensor> outputs;
   if (plan.kind == Kind::Functional || plan.kind == Kind::FunctionalCopy) {

@@ -25,8 +25,10 @@ std::optional<std::vector<OutputSpec>> meta_outputs(const c10::OperatorHandle& o
 // untouched, when the call must run in stream order now instead.
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
 // Call after the host kernel that queue_host_kernel just declined ran at the
-// call without error: its dtypes (half, bfloat16) are then known to have a CPU
-// kernel, and later calls with them are queued.
-void confirm_queueable_dtypes();
+// call without error, with its `nreturns` results on top of `stack`: its
+// dtypes (half, bfloat16, integers, and any for ops outside the listed
+// families) are then known to have a CPU kernel, and later calls with them are
+// queued, provided the results have the sizes and dtypes the Meta kernel gave.
+void confirm_queueable_dtypes(const torch::jit::Stack& stack, size_t nreturns);
 
 } // namespace my_device

@@ -129,11 +129,22 @@ inline at::Tensor host_arg(HostCall& call, const at::Tensor& t) {
   return call.to_host(t);
 }
 
-// Runs `on_host` (the op's functional at:: call) now, in stream order, on host
-// aliases of the device tensors: for calls a queued kernel cannot take.
-template <class OnHost, class... Args>
-at::Tensor on_host_now(c10::DeviceIndex device, OnHost on_host, const Args&... args) {
-  return run_on_host(device, [&](HostCall& call) { return call.to_device(on_host(host_arg(call, args)...)); });
+// Runs the op named `label` ("aten::add.Tensor") as a host kernel
+// (HostKernel.cpp) and returns its results: for calls the structured path
+// cannot take. Mixed dtypes: the CPU loops here assume one dtype, while the
+// host kernel's CPU operator casts as the CPU does. Dtypes a CPU kernel may
+// lack (integer matrix products): the host kernel runs the first such call at
+// the call, so an unsupported dtype raises there. Either way the host kernel
+// queues the call when it can (QueuedHostKernel.cpp).
+template <class... Args>
+torch::jit::Stack run_host_kernel(const char* label, const Args&... args) {
+  const c10::OperatorHandle& op = op_named(label);
+  TORCH_INTERNAL_ASSERT(op.schema().arguments().size() == sizeof...(Args), label, ": wrong number of arguments");
+  torch::jit::Stack stack;
+  stack.reserve(sizeof...(Args));
+  (stack.emplace_back(args), ...);
+  host_kernel(op, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
+  return stack;
 }
 
 // Raises PyTorch's "Expected all tensors to be on the same device" error
@@ -149,8 +160,8 @@ inline void check_same_device(const char* op,
 // The kernel is queued: meta() runs now (shapes, dtypes, device checks,
 // output allocation) and impl() runs on the stream's worker. The TensorIterator
 // borrows its operands, so the job owns copies of them, and the job lives
-// until the kernel has run. `on_host` computes the same op with PyTorch's CPU
-// operator on host views, for the mixed-dtype case.
+// until the kernel has run. `label` names the op's overload, for failure
+// reports and for the host kernel that serves mixed-dtype calls.
 // A TensorIterator records its operands' data pointers, at their device
 // addresses, when it is built; the kernel reaches them at their kernel addresses.
 // Outside strict mode the addresses are equal, and rewriting them anyway would
@@ -188,8 +199,8 @@ c10::DeviceIndex launch_device(const Args&... args) {
   return device < 0 ? current_device() : device;
 }
 
-template <class Base, class OnHost, class... Args>
-at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
+template <class Base, class... Args>
+at::Tensor functional(const char* label, const Args&... args) {
   struct Job : Pooled<Job> {
     Job(c10::DeviceIndex device, const Args&... a) : held(device), args(held_arg(held, !kIterator<Base>, a)...) {}
     KernelArgs held;
@@ -200,7 +211,7 @@ at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
   std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
   const c10::DeviceIndex device = job->op.output.device().index();
   if constexpr (kIterator<Base>) {
-    if (!uniform_dtype(job->op)) return on_host_now(device, on_host, args...);
+    if (!uniform_dtype(job->op)) return run_host_kernel(label, args...)[0].toTensor();
   }
   TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
                         job->held.device());
@@ -225,8 +236,8 @@ at::Tensor functional(const char* label, OnHost on_host, const Args&... args) {
   return out;
 }
 
-template <class Base, class OnHost, class... Args>
-at::Tensor& in_place(const char* label, OnHost on_host, at::Tensor& self, const Args&... args) {
+template <class Base, class... Args>
+at::Tensor& in_place(const char* label, at::Tensor& self, const Args&... args) {
   // impl() runs on the device tensors themselves: only a TensorIterator
   // (use_kernel_addresses) knows to reach them at their kernel addresses.
   static_assert(kIterator<Base>, "in_place: TensorIterator ops only; others go through a HostCall");
@@ -244,10 +255,7 @@ at::Tensor& in_place(const char* label, OnHost on_host, at::Tensor& self, const 
   const c10::DeviceIndex device = self.device().index();
   if constexpr (kIterator<Base>) {
     if (!uniform_dtype(job->op)) {
-      run_on_host(device, [&](HostCall& call) {
-        on_host(call.to_host(self), host_arg(call, args)...);
-        return true;
-      });
+      run_host_kernel(label, self, args...);
       return self;
     }
   }

@@ -58,14 +58,13 @@ const bool g_stubs_mirrored = [] {
 }();
 
 // One functional and one in-place kernel per unary op: `Base` is the op's
-// structured CPU class, `cpu` its functional at:: function (for the host path).
-#define MYDEV_UNARY(name, Base)                                                              \
-  at::Tensor name(const at::Tensor& self) {                                                  \
-    return functional<Base>("aten::" #name, [](const at::Tensor& a) { return at::name(a); }, \
-                            self);                                                           \
-  }                                                                                          \
-  at::Tensor& name##_(at::Tensor& self) {                                                    \
-    return in_place<Base>("aten::" #name "_", [](at::Tensor a) { at::name##_(a); }, self);       \
+// structured CPU class.
+#define MYDEV_UNARY(name, Base)                                  \
+  at::Tensor name(const at::Tensor& self) {                      \
+    return functional<Base>("aten::" #name, self);               \
+  }                                                              \
+  at::Tensor& name##_(at::Tensor& self) {                        \
+    return in_place<Base>("aten::" #name "_", self);             \
   }
 
 MYDEV_UNARY(exp, at::native::structured_exp_out)
@@ -79,47 +78,32 @@ MYDEV_UNARY(silu, at::native::structured_silu_out)
 
 // relu is clamp_min(self, 0) on the CPU too (NaN stays NaN).
 at::Tensor relu(const at::Tensor& self) {
-  return functional<at::native::structured_clamp_min_out>(
-      "aten::relu", [](const at::Tensor& a, const at::Scalar& m) { return at::clamp_min(a, m); }, self,
-      at::Scalar(0));
+  return functional<at::native::structured_clamp_min_out>("aten::relu", self, at::Scalar(0));
 }
 
 at::Tensor& relu_(at::Tensor& self) {
-  return in_place<at::native::structured_clamp_min_out>(
-      "aten::relu_", [](at::Tensor a, const at::Scalar& m) { a.clamp_min_(m); }, self, at::Scalar(0));
+  return in_place<at::native::structured_clamp_min_out>("aten::relu_", self, at::Scalar(0));
 }
 
 // The job keeps its own copy of `approximate`: the caller's string_view dies at return.
 at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
-  return functional<at::native::structured_gelu_out_cpu>(
-      "aten::gelu", [](const at::Tensor& a, const std::string& ap) { return at::gelu(a, ap); }, self,
-      std::string(approximate));
+  return functional<at::native::structured_gelu_out_cpu>("aten::gelu", self, std::string(approximate));
 }
 
 at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
-  return functional<at::native::structured_gelu_backward_out_cpu>(
-      "aten::gelu_backward",
-      [](const at::Tensor& g, const at::Tensor& a, const std::string& ap) { return at::gelu_backward(g, a, ap); },
-      grad, self, std::string(approximate));
+  return functional<at::native::structured_gelu_backward_out_cpu>("aten::gelu_backward", grad, self, std::string(approximate));
 }
 
 at::Tensor sigmoid_backward(const at::Tensor& grad, const at::Tensor& output) {
-  return functional<at::native::structured_sigmoid_backward_out>(
-      "aten::sigmoid_backward", [](const at::Tensor& g, const at::Tensor& o) { return at::sigmoid_backward(g, o); },
-      grad, output);
+  return functional<at::native::structured_sigmoid_backward_out>("aten::sigmoid_backward", grad, output);
 }
 
 at::Tensor tanh_backward(const at::Tensor& grad, const at::Tensor& output) {
-  return functional<at::native::structured_tanh_backward_out>(
-      "aten::tanh_backward", [](const at::Tensor& g, const at::Tensor& o) { return at::tanh_backward(g, o); },
-      grad, output);
+  return functional<at::native::structured_tanh_backward_out>("aten::tanh_backward", grad, output);
 }
 
 at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& threshold) {
-  return functional<at::native::structured_threshold_backward_out>(
-      "aten::threshold_backward",
-      [](const at::Tensor& g, const at::Tensor& a, const at::Scalar& t) { return at::threshold_backward(g, a, t); },
-      grad, self, threshold);
+  return functional<at::native::structured_threshold_backward_out>("aten::threshold_backward", grad, self, threshold);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
