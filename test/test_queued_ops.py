@@ -443,17 +443,33 @@ def test_a_value_error_in_an_op_outside_the_listed_families_is_reported_at_the_n
     torch.testing.assert_close(fn(x, good).cpu(), fn(x.cpu(), good.cpu()))
 
 
-def test_an_op_whose_meta_kernel_disagrees_with_the_cpu_stays_at_the_call():
-    # embedding_bag's Meta kernel sizes one output differently from the CPU
-    # kernel; its first run at the call shows that, and later calls are not
-    # queued (a queued call would hand out outputs of the wrong size), so an
-    # index out of range is still raised at the call.
+def test_an_op_whose_cpu_kernel_lays_out_its_output_unlike_meta_is_not_queued_with_a_wrong_layout():
+    # max_unpool2d's CPU kernel gives a channels-last input a channels-last
+    # output; its Meta kernel says contiguous. A queued call would hand out the
+    # Meta layout and the CPU out= kernel would then restride it on the worker
+    # (a kernel failure at the next sync). The first run at the call of a new
+    # dtype and layout signature shows the difference, and the op stays at the call.
+    x = torch.randn(1, 2, 3, 3)
+    pooled, idx = F.max_pool2d(x, 2, stride=1, return_indices=True)
+    for layout in (torch.contiguous_format, torch.channels_last, torch.contiguous_format):
+        p = pooled.contiguous(memory_format=layout)
+        for _ in range(2):
+            got = F.max_unpool2d(p.to("mydev"), idx.to("mydev"), 2, stride=1)
+            torch.mydev.synchronize()              # no kernel failed
+            torch.testing.assert_close(got.cpu(), F.max_unpool2d(p, idx, 2, stride=1))
+
+
+def test_an_op_whose_meta_kernel_disagrees_with_the_cpu_by_mode_stays_at_the_call():
+    # embedding_bag's Meta kernel sizes its bookkeeping outputs differently
+    # from the CPU kernel depending on the mode, which a first run cannot show
+    # for every mode: it is never queued, so an index out of range is raised
+    # at the call.
     weight = torch.randn(5, 3, device="mydev")
     offsets = torch.tensor([0], device="mydev")
     good, bad = torch.tensor([1, 2]).to("mydev"), torch.tensor([1, 9]).to("mydev")
-    for _ in range(2):
-        torch.testing.assert_close(F.embedding_bag(good, weight, offsets).cpu(),
-                                   F.embedding_bag(good.cpu(), weight.cpu(), offsets.cpu()))
+    for mode in ("mean", "sum", "max", "mean"):
+        torch.testing.assert_close(F.embedding_bag(good, weight, offsets, mode=mode).cpu(),
+                                   F.embedding_bag(good.cpu(), weight.cpu(), offsets.cpu(), mode=mode))
     with delayed(torch.mydev.default_stream()):
         with pytest.raises(RuntimeError, match="not in the valid range"):
             F.embedding_bag(bad, weight, offsets)

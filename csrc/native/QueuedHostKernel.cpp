@@ -215,10 +215,23 @@ bool checks_lapack_info(const std::string& name) {
 // shapes depend on the data (nonzero, masked_select, unique, boolean indexing,
 // repeat_interleave without output_size) raise, which keeps those at the call,
 // where CUDA synchronises too.
+//
+// A few Meta kernels disagree with their CPU kernels in ways a first run at
+// the call cannot show (confirm_queueable_dtypes catches the others), so
+// those ops stay at the call too (found by the conformance sweep):
+//  - masked_scatter_: Meta accepts a mask that does not broadcast to self,
+//    which the CPU kernel rejects;
+//  - _embedding_bag*: Meta sizes offset2bag and bag_size differently from the
+//    CPU kernel, depending on the mode;
+//  - triangular_solve, ormqr: their out= kernels lay a resized output out
+//    column-major, where Meta makes it row-major.
 enum class QueuePolicy { Never, AnyDtypeVerified, FloatingKnown };
 QueuePolicy queue_policy(const std::string& base) {
+  static const std::unordered_set<std::string> meta_disagrees = {
+      "aten::masked_scatter", "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
+      "aten::triangular_solve", "aten::ormqr"};
   if (queueable().count(base)) return QueuePolicy::FloatingKnown;
-  if (checks_lapack_info(base)) return QueuePolicy::Never;
+  if (checks_lapack_info(base) || meta_disagrees.count(base)) return QueuePolicy::Never;
   return QueuePolicy::AnyDtypeVerified;
 }
 
@@ -233,7 +246,8 @@ QueuePolicy queue_policy(const std::string& base) {
 // fixes them.
 bool avoid_out_kernel(const std::string& name) {
   return name == "aten::native_batch_norm" || name == "aten::native_batch_norm_backward" ||
-         name == "aten::mse_loss" || name == "aten::smooth_l1_loss" || name == "aten::huber_loss";
+         name == "aten::mse_loss" || name == "aten::smooth_l1_loss" || name == "aten::huber_loss" ||
+         name == "aten::binary_cross_entropy";
 }
 
 // Overloads whose CPU kernels check the values of a tensor argument: the
@@ -675,10 +689,15 @@ void confirm_queueable_dtypes(const torch::jit::Stack& stack, size_t nreturns) {
   const Plan& plan = *std::exchange(tls_unconfirmed_plan, nullptr);
   const std::vector<OutputSpec>& specs = tls_unconfirmed_specs;
   bool agrees = nreturns == specs.size() && stack.size() >= nreturns;
+  // (A functional op's queued out= kernel keeps the layout it is given only
+  // where its CPU kernel would choose that layout itself: max_unpool2d makes
+  // a channels-last output for a channels-last input, Meta a contiguous one.)
+  const bool layout_matters = plan.kind == Kind::Functional;
   for (size_t k = 0; agrees && k < nreturns; ++k) {
     const c10::IValue& r = stack[stack.size() - nreturns + k];
     agrees = r.isTensor() && r.toTensor().sizes() == c10::IntArrayRef(specs[k].sizes) &&
-             r.toTensor().scalar_type() == specs[k].dtype;
+             r.toTensor().scalar_type() == specs[k].dtype &&
+             (!layout_matters || r.toTensor().numel() <= 1 || r.toTensor().strides() == c10::IntArrayRef(specs[k].strides));
   }
   if (!agrees) {
     plan.verified->refute();
@@ -739,6 +758,9 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
         unverified = unverified || !verified_dtype(t);
         integer = integer || (t.defined() && at::isIntegralType(t.scalar_type(), /*includeBool=*/false));
         signature.push_back(t.defined() ? static_cast<char>(t.scalar_type()) : '-');
+        // (and whether it is contiguous: a CPU kernel may lay its output out
+        // after a strided input's, which confirm_queueable_dtypes must see)
+        signature.push_back(t.defined() && t.is_contiguous() ? 'c' : 's');
         return t;
       });
     }
