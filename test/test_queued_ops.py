@@ -124,12 +124,20 @@ def test_selection_and_shaping_ops_are_queued(name, fn):
     check_queued_like_cpu(fn, X)
 
 
+def assign_into_slice(x):
+    out = torch.zeros(4, 6, 10, device=x.device)
+    out[:, :, 1:9] = x                         # copy_ into a strided view
+    return out
+
+
 @pytest.mark.parametrize("name,fn", [
     ("to another dtype", lambda x: x.to(torch.float16)),
     ("to an integer dtype", lambda x: (x * 10).long()),
     ("contiguous of a transpose", lambda x: x.transpose(1, 2).contiguous()),
     ("contiguous of an expansion", lambda x: x[:, :1].expand(4, 6, 8).contiguous()),
     ("copy_ with broadcasting", lambda x: torch.empty(3, 4, 6, 8, device=x.device).copy_(x)),
+    ("assignment into a slice", assign_into_slice),
+    ("constant padding", lambda x: F.pad(x, (1, 2), value=0.5)),
 ])
 def test_copies_that_convert_or_restride_are_queued(name, fn):
     check_queued_like_cpu(fn, X)
