@@ -168,6 +168,9 @@ def _mydev_run(run, sample):
     try:
         torch.manual_seed(SEED)
         result = run(sample)
+        # A queued kernel's failure is reported at the next synchronisation:
+        # here, so that it counts against this sample, not the next test's.
+        torch.mydev.synchronize()
     finally:
         torch.mydev.set_rng_state = real_set_rng_state
     return result, drew[0] or _mydev_drew()
