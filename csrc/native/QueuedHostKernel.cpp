@@ -95,9 +95,9 @@ class MetaCache {
   std::unordered_map<std::string, Specs> map_;
 };
 
-// Dtype signatures (the scalar types of a call's tensors, in order) whose CPU
-// kernel is known to exist: see queueable_dtype.
-// A first run that gave outputs of other sizes or dtypes than the Meta
+// Dtype signatures (the scalar types of a call's tensors, in order, each with
+// whether the tensor is contiguous) whose CPU kernel is known to exist: see
+// queueable_dtype. A first run that gave outputs of other sizes or dtypes than the Meta
 // kernel's answer disables queueing for the op (`refuted`): its Meta kernel
 // cannot be trusted to shape the outputs a queued call hands out at once.
 class VerifiedDtypes {
@@ -473,8 +473,8 @@ int64_t queue_min_elements() {
 
 // Which dtypes a CPU kernel supports is only known when it runs, and an
 // unsupported one must be reported at the call. Every op in queueable() has
-// float and double kernels (other ops verify those too) (bool for masks and conditions, alongside floating
-// tensors). Kernels for half, bfloat16 and the integer types most have, not
+// float and double kernels (and bool ones for masks and conditions, alongside
+// floating tensors); other ops verify those too. Kernels for half, bfloat16 and the integer types most have, not
 // all: a call with those dtypes (or with only bool tensors) runs at the call
 // until one with the same dtype signature has run there without error
 // (confirm_queueable_dtypes), and is queued from then on.
@@ -740,7 +740,7 @@ std::optional<std::vector<OutputSpec>> meta_outputs(const c10::OperatorHandle& o
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
   tls_unconfirmed_plan = nullptr;  // (an earlier call's run at the call failed)
   const Plan& plan = plan_for(op);
-  if (plan.kind == Kind::Inline) return false;
+  if (plan.kind == Kind::Inline || plan.verified->refuted()) return false;
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
   const size_t first = stack->size() - nargs;
@@ -765,7 +765,6 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
       });
     }
     if (integer && floating == 0 && integer_values_checked(schema.name())) return false;
-    if (plan.verified->refuted()) return false;
     if (unverified && !plan.verified->contains(signature)) unconfirmed = std::move(signature);
   }
   if (const int64_t min = queue_min_elements(); min > 0) {
