@@ -18,6 +18,10 @@
 #include "native/Fallback.h"
 #include "native/HostKernelOps.h"
 
+namespace my_device::compiler {
+void init_bindings(pybind11::module& parent);  // compiler/Bindings.cpp
+}
+
 namespace my_device {
 namespace {
 
@@ -193,6 +197,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fallback_counts", &fallback_counts,
         "How many times each op (by 'aten::name.overload') ran through the copying CPU fallback.");
   m.def("reset_fallback_counts", &reset_fallback_counts);
+  compiler::init_bindings(m);
 
   // Operator coverage: the generic host-kernel registration, which must follow
   // every static registration of this library, and the fallback tracker.

@@ -1,0 +1,584 @@
+#include "Program.h"
+
+#include <ATen/core/TensorBody.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "Fusion.h"
+#include "core/Device.h"
+#include "core/KernelArgs.h"
+#include "core/Launch.h"
+#include "native/Factory.h"
+#include "native/HostKernel.h"
+
+namespace my_device::compiler {
+
+CompilerCounters& counters() {
+  static CompilerCounters c;
+  return c;
+}
+
+namespace {
+
+std::mutex g_counters_mutex;
+
+c10::OperatorHandle resolve(const Node& n) {
+  const auto dot = n.op.find('.');
+  c10::OperatorName name{n.op.substr(0, dot), dot == std::string::npos ? "" : n.op.substr(dot + 1)};
+  auto handle = c10::Dispatcher::singleton().findSchema(name);
+  TORCH_CHECK(handle.has_value(), "mydev compiler: unknown operator '", n.op, "' (line ", n.line, ")");
+  return *handle;
+}
+
+// The out= overload of a functional op: same arguments, then one Tensor(a!)
+// per return. Looked up once per op name.
+std::optional<c10::OperatorHandle> out_overload(const c10::OperatorHandle& op) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::vector<std::string>> overloads;
+  static std::unordered_map<std::string, std::optional<c10::OperatorHandle>> found;
+  std::lock_guard<std::mutex> lock(mutex);
+  const c10::FunctionSchema& fs = op.schema();
+  const std::string key = fs.name() + "." + fs.overload_name();
+  if (auto it = found.find(key); it != found.end()) return it->second;
+  if (overloads.empty()) {
+    for (const c10::OperatorName& n : c10::Dispatcher::singleton().getAllOpNames()) {
+      overloads[n.name].push_back(n.overload_name);
+    }
+  }
+  std::optional<c10::OperatorHandle> result;
+  for (const std::string& overload : overloads[fs.name()]) {
+    auto candidate = c10::Dispatcher::singleton().findSchema({fs.name(), overload});
+    if (!candidate || !candidate->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    const c10::FunctionSchema& cs = candidate->schema();
+    const size_t n = fs.arguments().size();
+    if (cs.arguments().size() != n + fs.returns().size() || cs.returns().size() != fs.returns().size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < n && same; ++i) {
+      same = cs.arguments()[i].name() == fs.arguments()[i].name() &&
+             cs.arguments()[i].type()->str() == fs.arguments()[i].type()->str();
+    }
+    for (size_t i = n; i < cs.arguments().size() && same; ++i) {
+      const c10::Argument& a = cs.arguments()[i];
+      same = a.alias_info() && a.alias_info()->isWrite() && a.type()->kind() == c10::TypeKind::TensorType;
+    }
+    for (const c10::Argument& r : fs.returns()) same = same && r.type()->kind() == c10::TypeKind::TensorType;
+    if (same) {
+      result = candidate;
+      break;
+    }
+  }
+  found[key] = result;
+  return result;
+}
+
+// A view in the graph's sense: one Tensor return aliasing its first argument.
+bool is_view(const c10::FunctionSchema& s) {
+  if (s.returns().size() != 1 || s.returns()[0].type()->kind() != c10::TypeKind::TensorType) return false;
+  const c10::AliasInfo* ret = s.returns()[0].alias_info();
+  return ret != nullptr && !ret->isWrite() && !s.arguments().empty() && s.arguments()[0].alias_info() != nullptr &&
+         !s.arguments()[0].alias_info()->isWrite();
+}
+
+bool mutates(const c10::FunctionSchema& s) {
+  for (const c10::Argument& a : s.arguments()) {
+    if (a.alias_info() && a.alias_info()->isWrite()) return true;
+  }
+  return false;
+}
+
+// The argument a return aliases (a view, or an in-place op's self), or -1.
+int aliased_argument(const c10::FunctionSchema& s, size_t ret) {
+  const c10::AliasInfo* r = s.returns()[ret].alias_info();
+  if (r == nullptr) return -1;
+  for (size_t i = 0; i < s.arguments().size(); ++i) {
+    const c10::AliasInfo* a = s.arguments()[i].alias_info();
+    if (a && a->beforeSets() == r->beforeSets()) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// A constant argument as the boxed kernel expects it for `type`. Devices
+// become the CPU: inside the program every tensor is a CPU tensor over
+// device memory, and CPU allocations land in device memory (HostCall).
+c10::IValue boxed_constant(const Arg& a, const c10::TypePtr& type) {
+  if (!a.is_list) {
+    if (a.constant.isDevice()) return c10::Device(c10::DeviceType::CPU);
+    return a.constant;
+  }
+  c10::TypePtr t = type;
+  if (auto opt = t->castRaw<c10::OptionalType>()) t = opt->getElementType();
+  auto list = t->castRaw<c10::ListType>();
+  TORCH_CHECK(list, "mydev compiler: a list given for a ", type->str(), " argument");
+  const c10::TypeKind kind = list->getElementType()->kind();
+  if (kind == c10::TypeKind::IntType || kind == c10::TypeKind::SymIntType) {
+    c10::List<int64_t> out;
+    for (const Arg& e : a.items) out.push_back(e.constant.toInt());
+    return out;
+  }
+  if (kind == c10::TypeKind::FloatType) {
+    c10::List<double> out;
+    for (const Arg& e : a.items) out.push_back(e.constant.isInt() ? e.constant.toInt() : e.constant.toDouble());
+    return out;
+  }
+  if (kind == c10::TypeKind::BoolType) {
+    c10::List<bool> out;
+    for (const Arg& e : a.items) out.push_back(e.constant.toBool());
+    return out;
+  }
+  c10::impl::GenericList out(list->getElementType());
+  for (const Arg& e : a.items) out.push_back(e.constant);
+  return out;
+}
+
+bool has_tensor(const Arg& a) {
+  if (a.value >= 0) return true;
+  for (const Arg& e : a.items) {
+    if (has_tensor(e)) return true;
+  }
+  return false;
+}
+
+bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+    if (f != t && f != 1) return false;
+  }
+  return true;
+}
+
+// A CPU tensor over `base`'s storage with `meta`'s geometry.
+at::Tensor alias(const at::Tensor& base, const TensorMeta& meta, int64_t offset) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(base.storage()), base.key_set(),
+                                                   c10::scalarTypeToTypeMeta(meta.dtype));
+  impl->set_sizes_and_strides(meta.sizes, meta.strides, offset);
+  return at::Tensor(std::move(impl));
+}
+
+std::string label_of(const Node& n) {
+  std::string s = n.op + " (line " + std::to_string(n.line) + ")";
+  if (!n.source.empty()) s += " at " + n.source;
+  return s;
+}
+
+} // namespace
+
+std::shared_ptr<Program> Program::compile(Graph graph) {
+  std::shared_ptr<Program> p(new Program(std::move(graph)));
+  p->build();
+  std::lock_guard<std::mutex> lock(g_counters_mutex);
+  counters().graphs_compiled += 1;
+  counters().fused_groups += p->stats_.fused_groups;
+  counters().fused_nodes += p->stats_.fused_nodes;
+  return p;
+}
+
+void Program::build() {
+  const Graph& g = graph_;
+  const size_t nv = g.values.size();
+  stats_.nodes = static_cast<int64_t>(g.nodes.size());
+  where_.assign(nv, Location{});
+  for (size_t i = 0; i < g.inputs.size(); ++i) where_[g.inputs[i]] = {Location::Input, g.inputs[i], static_cast<int>(i)};
+
+  // 1. Operators, views and aliases.
+  std::vector<std::optional<c10::OperatorHandle>> ops(g.nodes.size());
+  std::vector<bool> view(g.nodes.size(), false), barrier(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    ops[i] = resolve(n);
+    const c10::FunctionSchema& s = ops[i]->schema();
+    TORCH_CHECK(n.args.size() == s.arguments().size(), "mydev compiler: ", n.op, " takes ", s.arguments().size(),
+                " arguments, the program gives ", n.args.size(), " (line ", n.line, ")");
+    for (int out : n.outputs) {
+      if (out >= 0) where_[out] = {Location::Held, out, -1};
+    }
+    const int first = n.args.empty() ? -1 : n.args[0].value;
+    if (is_view(s) && first >= 0 && n.outputs[0] >= 0 && g.values[first].meta.dtype == g.values[n.outputs[0]].meta.dtype) {
+      view[i] = true;
+      where_[n.outputs[0]].root = where_[first].root;
+      stats_.views += 1;
+      continue;
+    }
+    barrier[i] = mutates(s);
+    // Returns that alias an argument (split, an in-place op's self) live in that argument's storage.
+    for (size_t r = 0; r < n.outputs.size() && r < s.returns().size(); ++r) {
+      const int a = aliased_argument(s, r);
+      if (a >= 0 && n.args[a].value >= 0 && n.outputs[r] >= 0) where_[n.outputs[r]].root = where_[n.args[a].value].root;
+    }
+  }
+  auto root = [&](int v) { return where_[v].root; };
+
+  // 2. Uses, for deciding what a fused group must store.
+  std::vector<std::vector<int>> users(nv);
+  auto note_uses = [&](auto&& self, const Arg& a, int node) -> void {
+    if (a.value >= 0) users[a.value].push_back(node);
+    for (const Arg& e : a.items) self(self, e, node);
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const Arg& a : g.nodes[i].args) note_uses(note_uses, a, static_cast<int>(i));
+  }
+  std::unordered_set<int> graph_outputs(g.outputs.begin(), g.outputs.end());
+
+  // 3. Steps: fusion groups and calls, in an order that respects every dependency.
+  std::vector<int> members;
+  std::unordered_set<int> produced;
+  std::vector<int64_t> shape;
+  auto emit_call = [&](int i) {
+    const Node& n = g.nodes[i];
+    const c10::FunctionSchema& s = ops[i]->schema();
+    Step step;
+    step.kind = Step::Call;
+    step.node = i;
+    step.label = label_of(n);
+    step.outputs = n.outputs;
+    step.op = ops[i];
+    for (size_t k = 0; k < n.args.size(); ++k) {
+      const Arg& a = n.args[k];
+      const c10::Argument& formal = s.arguments()[k];
+      if (a.value >= 0) {
+        step.slots.push_back({k, {a.value}, Step::Slot::Tensor});
+        step.stack.emplace_back();
+      } else if (a.is_list && has_tensor(a)) {
+        std::vector<int> vs;
+        bool optional = false;
+        for (const Arg& e : a.items) {
+          vs.push_back(e.value);
+          optional = optional || e.value < 0;
+        }
+        const std::string type = formal.type()->str();
+        optional = optional || type.find("Tensor?") != std::string::npos;
+        step.slots.push_back({k, vs, optional ? Step::Slot::OptionalTensorList : Step::Slot::TensorList});
+        step.stack.emplace_back();
+      } else {
+        if (is_optional_generator(formal) && a.constant.isNone()) step.generators.push_back(k);
+        step.stack.push_back(boxed_constant(a, formal.type()));
+      }
+    }
+    const bool all_used = std::find(n.outputs.begin(), n.outputs.end(), -1) == n.outputs.end();
+    if (auto out = out_overload(*ops[i]); out && !barrier[i] && all_used) {
+      step.op = out;
+      step.use_out = true;
+      stats_.out_calls += 1;
+    }
+    stats_.calls += 1;
+    steps_.push_back(std::move(step));
+  };
+  auto flush = [&] {
+    if (members.empty()) return;
+    if (members.size() == 1) {
+      emit_call(members[0]);
+    } else {
+      const std::unordered_set<int> in_group(members.begin(), members.end());
+      std::vector<int> stored;
+      for (int m : members) {
+        const int v = g.nodes[m].outputs[0];
+        bool outside = graph_outputs.count(v) > 0 || m == members.back();
+        for (int u : users[v]) outside = outside || !in_group.count(u);
+        if (outside) stored.push_back(v);
+      }
+      Step step;
+      step.kind = Step::Fused;
+      step.node = members.back();
+      step.label = "fused group of " + std::to_string(members.size()) + " ops ending with " +
+                   label_of(g.nodes[members.back()]);
+      step.kernel = build_kernel(g, members, stored, step.inputs);
+      // A fused reduction's result is stored last (ElementwiseKernel::run).
+      if (step.kernel.reduce != ReduceKind::None) {
+        const int r = g.nodes[members.back()].outputs[0];
+        stored.erase(std::remove(stored.begin(), stored.end(), r), stored.end());
+        stored.push_back(r);
+      }
+      step.outputs = stored;
+      stats_.fused_groups += 1;
+      stats_.fused_nodes += static_cast<int64_t>(members.size());
+      steps_.push_back(std::move(step));
+    }
+    members.clear();
+    produced.clear();
+  };
+  auto joins_group = [&](const Node& n) {
+    const std::vector<int64_t>& out_shape = g.values[n.outputs[0]].meta.sizes;
+    if (out_shape != shape) return false;
+    for (const Arg& a : n.args) {
+      if (a.value < 0 || produced.count(a.value)) continue;
+      if (produced.count(root(a.value))) return false;  // a view of the group's own result
+      if (!broadcasts_to(g.values[a.value].meta.sizes, shape)) return false;
+    }
+    return true;
+  };
+  for (size_t idx = 0; idx < g.nodes.size(); ++idx) {
+    const int i = static_cast<int>(idx);
+    const Node& n = g.nodes[i];
+    if (view[i]) continue;
+    bool uses_group = false;
+    for (const Arg& a : n.args) {
+      auto check = [&](auto&& self, const Arg& x) -> void {
+        if (x.value >= 0 && produced.count(root(x.value))) uses_group = true;
+        for (const Arg& e : x.items) self(self, e);
+      };
+      check(check, a);
+    }
+    if (!barrier[i] && is_fusible_pointwise(g, n)) {
+      if (!members.empty() && joins_group(n)) {
+        members.push_back(i);
+        produced.insert(n.outputs[0]);
+        continue;
+      }
+      flush();
+      members.push_back(i);
+      produced.insert(n.outputs[0]);
+      shape = g.values[n.outputs[0]].meta.sizes;
+      continue;
+    }
+    if (!barrier[i] && fusible_reduction(g, n) && members.size() >= 1 && produced.count(n.args[0].value) &&
+        g.values[n.args[0].value].meta.sizes == shape) {
+      members.push_back(i);
+      flush();
+      continue;
+    }
+    if (uses_group || barrier[i]) flush();
+    emit_call(i);
+  }
+  flush();
+  stats_.steps = static_cast<int64_t>(steps_.size());
+
+  // 4. Where each value lives: graph outputs' storages are returned buffers,
+  // other step results that an out= kernel or a fused kernel writes are
+  // planned in the arena, the rest are held as the call returned them.
+  std::unordered_set<int> escaping;
+  for (int o : g.outputs) {
+    if (where_[root(o)].kind != Location::Input) escaping.insert(root(o));
+  }
+  std::vector<int> last_use(nv, -1), first_def(nv, -1);
+  for (size_t si = 0; si < steps_.size(); ++si) {
+    const Step& st = steps_[si];
+    auto use = [&](int v) {
+      if (v >= 0) last_use[root(v)] = static_cast<int>(si);
+    };
+    for (const Step::Slot& slot : st.slots) {
+      for (int v : slot.values) use(v);
+    }
+    for (int v : st.inputs) use(v);
+    for (int v : st.outputs) {
+      if (v < 0) continue;
+      if (first_def[v] < 0) first_def[v] = static_cast<int>(si);
+      use(v);
+    }
+  }
+  std::vector<BufferLife> lives;
+  for (const Step& st : steps_) {
+    const bool written_in_place = st.kind == Step::Fused || st.use_out;
+    for (int v : st.outputs) {
+      if (v < 0 || root(v) != v) continue;  // unused, or aliases an argument
+      if (escaping.count(v)) {
+        where_[v] = {Location::Output, v, static_cast<int>(output_buffers_.size())};
+        output_buffers_.push_back(g.values[v].meta);
+      } else if (written_in_place) {
+        where_[v] = {Location::Arena, v, static_cast<int>(arena_buffers_.size())};
+        arena_buffers_.push_back(v);
+        lives.push_back({g.values[v].meta.storage_bytes(), first_def[v], std::max(last_use[v], first_def[v])});
+      }
+    }
+  }
+  plan_ = plan_memory(lives);
+  stats_.arena_bytes = plan_.arena_bytes;
+  stats_.naive_bytes = plan_.naive_bytes;
+  // Held results are dropped after their storage's last reader.
+  for (size_t v = 0; v < nv; ++v) {
+    if (where_[v].kind != Location::Held || escaping.count(root(v))) continue;
+    const int last = last_use[root(v)];
+    if (last >= 0) steps_[last].release.push_back(static_cast<int>(v));
+  }
+}
+
+std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10::DeviceIndex device) {
+  const Graph& g = graph_;
+  TORCH_CHECK(inputs.size() == g.inputs.size(), "mydev program '", g.name, "' takes ", g.inputs.size(),
+              " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
+    const TensorMeta& m = g.values[g.inputs[i]].meta;
+    TORCH_CHECK(t.defined() && t.device().type() == kMyDev, "mydev program '", g.name, "': input ", i,
+                " must be a mydev tensor, got ", t.defined() ? t.device().str() : "None");
+    if (device < 0) device = t.device().index();
+    TORCH_CHECK(t.device().index() == device, "Expected all tensors to be on the same device, but found at least two devices, ",
+                c10::Device(kMyDev, device), " and ", t.device(), "!");
+    TORCH_CHECK(t.scalar_type() == m.dtype && t.sizes() == c10::IntArrayRef(m.sizes) &&
+                    t.strides() == c10::IntArrayRef(m.strides),
+                "mydev program '", g.name, "': input ", i, " is ", t.scalar_type(), t.sizes(), " with strides ",
+                t.strides(), ", compiled for ", m.str());
+  }
+  if (device < 0) device = current_device();
+  const auto options = at::TensorOptions().device(kMyDev, device);
+  KernelArgs args(device);
+  std::vector<at::Tensor> buffers;
+  for (const TensorMeta& m : output_buffers_) {
+    if (m.offset == 0) {
+      buffers.push_back(empty_device(m.sizes, m.strides, options.dtype(m.dtype)));
+    } else {
+      const int64_t elements = static_cast<int64_t>(m.storage_bytes() / c10::elementSize(m.dtype));
+      buffers.push_back(empty_device({elements}, {}, options.dtype(m.dtype)).as_strided(m.sizes, m.strides, m.offset));
+    }
+  }
+  at::Tensor arena = plan_.arena_bytes > 0
+                         ? empty_device({static_cast<int64_t>(plan_.arena_bytes)}, {}, options.dtype(at::kByte))
+                         : at::Tensor();
+  std::vector<at::Tensor> results;
+  results.reserve(g.outputs.size());
+  for (int o : g.outputs) {
+    const Location& loc = where_[where_[o].root];
+    const at::Tensor& base = loc.kind == Location::Input ? inputs[loc.slot] : buffers[loc.slot];
+    const TensorMeta& m = g.values[o].meta;
+    const TensorMeta& rm = g.values[loc.root].meta;
+    if (o == loc.root && (loc.kind != Location::Input || (m.sizes == rm.sizes && m.strides == rm.strides))) {
+      results.push_back(base);
+    } else {
+      results.push_back(base.as_strided(m.sizes, m.strides, base.storage_offset() + m.offset - rm.offset));
+    }
+  }
+  std::vector<at::Tensor> owned_inputs, owned_buffers;
+  owned_inputs.reserve(inputs.size());
+  for (const at::Tensor& t : inputs) owned_inputs.push_back(args.own(t));
+  for (const at::Tensor& t : buffers) owned_buffers.push_back(args.own(t));
+  at::Tensor owned_arena = arena.defined() ? args.own(arena) : arena;
+  std::vector<c10::IValue> generators;
+  for (const Step& st : steps_) {
+    for (size_t k : st.generators) {
+      generators.push_back(host_generator(c10::IValue(), st.op->schema().arguments()[k], device));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_counters_mutex);
+    counters().launches += 1;
+    counters().ops_launched += stats_.nodes;
+  }
+  launch_async(device, g.name.c_str(),
+               [self = shared_from_this(), device, ins = std::move(owned_inputs), outs = std::move(owned_buffers),
+                arena = std::move(owned_arena), gens = std::move(generators)]() mutable {
+                 self->execute(device, ins, outs, arena, std::move(gens));
+               });
+  return results;
+}
+
+void Program::execute(c10::DeviceIndex device, const std::vector<at::Tensor>& inputs,
+                      const std::vector<at::Tensor>& outputs, const at::Tensor& arena,
+                      std::vector<c10::IValue> generators) const {
+  const Graph& g = graph_;
+  HostCall call(device);
+  std::vector<at::Tensor> values(g.values.size());
+  for (size_t i = 0; i < inputs.size(); ++i) values[g.inputs[i]] = call.to_host(inputs[i]);
+  const at::Tensor host_arena = arena.defined() ? call.to_host(arena) : arena;
+  for (size_t v = 0; v < where_.size(); ++v) {
+    const Location& loc = where_[v];
+    if (loc.root != static_cast<int>(v)) continue;
+    if (loc.kind == Location::Output) {
+      values[v] = call.to_host(outputs[loc.slot]);
+    } else if (loc.kind == Location::Arena) {
+      const TensorMeta& m = g.values[v].meta;
+      const int64_t offset = static_cast<int64_t>(plan_.offsets[loc.slot] / c10::elementSize(m.dtype)) + m.offset;
+      values[v] = alias(host_arena, m, offset);
+    }
+  }
+  auto value = [&](int v) -> const at::Tensor& {
+    at::Tensor& t = values[v];
+    if (!t.defined()) {
+      const int r = where_[v].root;
+      const at::Tensor& base = values[r];
+      TORCH_INTERNAL_ASSERT(base.defined(), "mydev program: value %", v, " read before its storage was written");
+      t = alias(base, g.values[v].meta, base.storage_offset() + g.values[v].meta.offset - g.values[r].meta.offset);
+    }
+    return t;
+  };
+  size_t next_generator = 0;
+  for (const Step& st : steps_) {
+    try {
+      if (st.kind == Step::Fused) {
+        std::vector<at::Tensor> outs, ins;
+        for (int v : st.outputs) outs.push_back(value(v));
+        for (int v : st.inputs) ins.push_back(value(v));
+        st.kernel.run(outs, ins);
+      } else {
+        std::vector<c10::IValue> stack = st.stack;
+        for (const Step::Slot& slot : st.slots) {
+          if (slot.kind == Step::Slot::Tensor) {
+            stack[slot.index] = value(slot.values[0]);
+          } else if (slot.kind == Step::Slot::TensorList) {
+            c10::List<at::Tensor> list;
+            for (int v : slot.values) list.push_back(value(v));
+            stack[slot.index] = list;
+          } else {
+            c10::List<std::optional<at::Tensor>> list;
+            for (int v : slot.values) list.push_back(v < 0 ? std::nullopt : std::optional<at::Tensor>(value(v)));
+            stack[slot.index] = list;
+          }
+        }
+        for (size_t k : st.generators) stack[k] = generators[next_generator++];
+        if (st.use_out) {
+          for (int v : st.outputs) stack.emplace_back(value(v));
+          st.op->callBoxed(stack);
+        } else {
+          st.op->callBoxed(stack);
+          std::vector<at::Tensor> results;
+          for (const c10::IValue& r : stack) {
+            if (r.isTensor()) {
+              results.push_back(r.toTensor());
+            } else if (r.isTensorList()) {
+              for (const at::Tensor& t : r.toTensorList()) results.push_back(t);
+            }
+          }
+          TORCH_CHECK(results.size() >= st.outputs.size(), "returned ", results.size(), " tensors, the program expects ",
+                      st.outputs.size());
+          for (size_t k = 0; k < st.outputs.size(); ++k) {
+            const int v = st.outputs[k];
+            if (v < 0) continue;
+            if (where_[v].kind == Location::Output && where_[v].root == v) {
+              values[v].copy_(results[k]);
+            } else {
+              values[v] = results[k];
+            }
+          }
+        }
+      }
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, st.label, ": ", e.what_without_backtrace());
+    }
+    for (int v : st.release) values[v] = at::Tensor();
+  }
+}
+
+std::string Program::dump() const {
+  std::ostringstream s;
+  s << graph_.str();
+  s << "# " << steps_.size() << " steps (" << stats_.nodes << " ops: " << stats_.fused_nodes << " fused into "
+    << stats_.fused_groups << " kernels, " << stats_.calls << " calls, " << stats_.views << " views)\n";
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& st = steps_[i];
+    s << "step " << i << ": ";
+    if (st.kind == Step::Fused) {
+      s << st.label << "\n  loads";
+      for (int v : st.inputs) s << " %" << v;
+      s << "\n  stores";
+      for (int v : st.outputs) s << " %" << v;
+      s << "\n" << st.kernel.str();
+    } else {
+      s << (st.use_out ? "call " + st.op->schema().name() + "." + st.op->schema().overload_name() : "call") << " "
+        << st.label << " ->";
+      for (int v : st.outputs) s << " %" << v;
+      s << "\n";
+    }
+  }
+  s << "# memory: arena " << plan_.arena_bytes << " bytes for " << arena_buffers_.size() << " buffers ("
+    << plan_.naive_bytes << " without reuse)\n";
+  for (size_t b = 0; b < arena_buffers_.size(); ++b) {
+    s << "  %" << arena_buffers_[b] << " at " << plan_.offsets[b] << "\n";
+  }
+  return s.str();
+}
+
+} // namespace my_device::compiler

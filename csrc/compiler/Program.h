@@ -1,0 +1,114 @@
+#pragma once
+// A compiled mydev program: a Graph (Graph.h) turned into steps that run as ONE
+// task on the current stream, as a CUDA graph replay does.
+//
+// Compilation:
+//  - view ops become geometry over their base (no step at all);
+//  - chains of elementwise ops become one ElementwiseKernel each (Fusion.h),
+//    a sum/mean/amax/amin of a chain's result joining the chain;
+//  - every other op is a call of its CPU kernel on device memory, the kernel
+//    eager mode runs (csrc/native/HostKernel.h), through its out= overload when
+//    it has one, so that its output lands in a planned buffer;
+//  - intermediates are laid out in one arena by liveness (MemoryPlan.h).
+// Running (run()): checks the inputs, allocates the outputs and the arena on the
+// device, and queues one task; the host returns at once. A failing op is
+// reported at the next synchronisation as "<program>: <op> (line N): <error>".
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "Elementwise.h"
+#include "Graph.h"
+#include "MemoryPlan.h"
+
+namespace my_device::compiler {
+
+// Where a value lives while the program runs.
+struct Location {
+  enum Kind : uint8_t { Input, Arena, Output, Held } kind = Held;
+  int root = -1;      // the value whose storage it is in (itself unless a view)
+  int slot = -1;      // input index, arena buffer index, or output buffer index
+};
+
+struct Step {
+  enum Kind : uint8_t { Call, Fused } kind = Call;
+  int node = -1;                   // the (last) node it runs, for messages
+  std::string label;               // "aten::addmm (line 5)"
+  // Call
+  std::optional<c10::OperatorHandle> op;
+  bool use_out = false;            // op is the out= overload; outputs are pushed as its out arguments
+  std::vector<c10::IValue> stack;  // constants, with placeholders for values
+  struct Slot {
+    size_t index;                  // in stack
+    std::vector<int> values;       // one value, or a list's (-1: None)
+    enum Kind : uint8_t { Tensor, TensorList, OptionalTensorList } kind;
+  };
+  std::vector<Slot> slots;
+  std::vector<size_t> generators;  // stack indices of Generator? arguments
+  // Both
+  std::vector<int> inputs;         // Fused: values loaded
+  std::vector<int> outputs;        // values written
+  ElementwiseKernel kernel;        // Fused
+  std::vector<int> release;        // values whose last reader this step is
+};
+
+struct ProgramStats {
+  int64_t nodes = 0;
+  int64_t steps = 0;
+  int64_t fused_groups = 0;
+  int64_t fused_nodes = 0;
+  int64_t views = 0;
+  int64_t calls = 0;
+  int64_t out_calls = 0;
+  size_t arena_bytes = 0;
+  size_t naive_bytes = 0;
+};
+
+class Program : public std::enable_shared_from_this<Program> {
+ public:
+  static std::shared_ptr<Program> compile(Graph graph);
+
+  // Queues the program on the current stream of its inputs' device (or of
+  // `device` when it has no input) and returns its outputs.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, c10::DeviceIndex device = -1);
+
+  const std::string& name() const {
+    return graph_.name;
+  }
+  const ProgramStats& stats() const {
+    return stats_;
+  }
+  // The graph, then the steps with their kernels and the memory plan.
+  std::string dump() const;
+
+  // Runs on the stream's worker: what the queued task does.
+  void execute(c10::DeviceIndex device, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+               const at::Tensor& arena, std::vector<c10::IValue> generators) const;
+
+ private:
+  explicit Program(Graph graph) : graph_(std::move(graph)) {}
+  void build();
+
+  Graph graph_;
+  std::vector<Step> steps_;
+  std::vector<Location> where_;          // per value
+  std::vector<TensorMeta> output_buffers_;  // geometry of buffers the program returns
+  std::vector<int> arena_buffers_;       // value id of each arena buffer
+  MemoryPlan plan_;
+  ProgramStats stats_;
+};
+
+// Process-wide counters of my_device.compiler.counters().
+struct CompilerCounters {
+  int64_t graphs_compiled = 0;
+  int64_t fused_groups = 0;
+  int64_t fused_nodes = 0;
+  int64_t launches = 0;
+  int64_t ops_launched = 0;  // graph nodes run by those launches
+};
+CompilerCounters& counters();
+
+} // namespace my_device::compiler
