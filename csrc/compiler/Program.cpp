@@ -1,6 +1,7 @@
 #include "Program.h"
 
 #include <ATen/core/TensorBody.h>
+#include <ATen/EmptyTensor.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
@@ -109,6 +110,22 @@ int aliased_argument(const c10::FunctionSchema& s, size_t ret) {
 c10::IValue boxed_constant(const Arg& a, const c10::TypePtr& type) {
   if (!a.is_list) {
     if (a.constant.isDevice()) return c10::Device(c10::DeviceType::CPU);
+    // A number where the schema wants a Tensor (x + 1 traced as add.Tensor):
+    // a wrapped number, as Python's argument parser would make it.
+    const bool tensor_formal = type->kind() == c10::TypeKind::TensorType ||
+                               (type->castRaw<c10::OptionalType>() &&
+                                type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType);
+    if (tensor_formal && (a.constant.isInt() || a.constant.isDouble() || a.constant.isBool())) {
+      // Made without the dispatcher: frontends compile under Python dispatch
+      // modes (aot_autograd's FakeTensorMode) that would make it a fake tensor.
+      const at::ScalarType type = a.constant.isDouble() ? at::kDouble : a.constant.isInt() ? at::kLong : at::kBool;
+      at::Tensor t = at::detail::empty_cpu({}, type, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+      if (type == at::kDouble) *t.data_ptr<double>() = a.constant.toDouble();
+      if (type == at::kLong) *t.data_ptr<int64_t>() = a.constant.toInt();
+      if (type == at::kBool) *t.data_ptr<bool>() = a.constant.toBool();
+      t.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return t;
+    }
     return a.constant;
   }
   c10::TypePtr t = type;
@@ -391,7 +408,7 @@ void Program::build() {
   stats_.naive_bytes = plan_.naive_bytes;
   // Held results are dropped after their storage's last reader.
   for (size_t v = 0; v < nv; ++v) {
-    if (where_[v].kind != Location::Held || escaping.count(root(v))) continue;
+    if (where_[v].kind != Location::Held || root(v) < 0 || escaping.count(root(v))) continue;
     const int last = last_use[root(v)];
     if (last >= 0) steps_[last].release.push_back(static_cast<int>(v));
   }
