@@ -286,8 +286,29 @@ void Program::build() {
     stats_.calls += 1;
     steps_.push_back(std::move(step));
   };
+  // A reduction of the group's result that comes later in the graph (after a
+  // reader of that result that ends the group: a bias gradient's sum after the
+  // weight gradient's mm) joins the group now; it depends on nothing else, so
+  // computing it early is safe in a graph without mutation.
+  const bool any_mutation = std::find(barrier.begin(), barrier.end(), true) != barrier.end();
+  std::vector<bool> done(g.nodes.size(), false);
+  size_t cursor = 0;
+  auto pull_reduction = [&] {
+    if (any_mutation || members.empty() || fusible_reduction(g, g.nodes[members.back()])) return;
+    for (size_t j = cursor; j < g.nodes.size(); ++j) {
+      const Node& r = g.nodes[j];
+      if (done[j] || view[j] || !fusible_reduction(g, r)) continue;
+      const int in = r.args[0].value;
+      if (produced.count(in) && g.values[in].meta.sizes == shape) {
+        members.push_back(static_cast<int>(j));
+        done[j] = true;
+        return;
+      }
+    }
+  };
   auto flush = [&] {
     if (members.empty()) return;
+    pull_reduction();
     if (members.size() == 1) {
       emit_call(members[0]);
     } else {
@@ -332,7 +353,8 @@ void Program::build() {
   for (size_t idx = 0; idx < g.nodes.size(); ++idx) {
     const int i = static_cast<int>(idx);
     const Node& n = g.nodes[i];
-    if (view[i]) continue;
+    cursor = idx;
+    if (view[i] || done[i]) continue;
     bool uses_group = false;
     for (const Arg& a : n.args) {
       auto check = [&](auto&& self, const Arg& x) -> void {

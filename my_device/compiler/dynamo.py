@@ -31,6 +31,38 @@ def _compiler(kind):
     return compile_graph
 
 
+# Ops that core-ATen decomposition would break up but that are better kept whole: the device runs
+# them with PyTorch's fused CPU kernels (attention, norms' and losses' backward), or the compiler
+# fuses them as they are (the activations' backward). Keeping attention whole also keeps eager's
+# rounding: its math decomposition rounds differently, on CPU too.
+_KEEP_WHOLE = (
+    "_scaled_dot_product_flash_attention_for_cpu.default",
+    "native_layer_norm_backward.default",
+    "native_batch_norm_backward.default",
+    "_softmax_backward_data.default",
+    "_log_softmax_backward_data.default",
+    "nll_loss_forward.default",
+    "nll_loss_backward.default",
+    "embedding_dense_backward.default",
+    "mse_loss.default",
+    "mse_loss_backward.default",
+    "silu.default",
+    "silu_backward.default",
+    "gelu_backward.default",
+    "tanh_backward.default",
+    "sigmoid_backward.default",
+)
+
+
+def decompositions():
+    """core_aten_decompositions() less the ops in _KEEP_WHOLE."""
+    table = dict(core_aten_decompositions())
+    for name in _KEEP_WHOLE:
+        packet, overload = name.split(".")
+        table.pop(getattr(getattr(torch.ops.aten, packet), overload), None)
+    return table
+
+
 @functools.cache
 def _backend():
     from torch._dynamo.backends.common import aot_autograd
@@ -39,7 +71,7 @@ def _backend():
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
-        decompositions=core_aten_decompositions(),
+        decompositions=decompositions(),
     )
 
 
