@@ -18,6 +18,8 @@ void init_bindings(pybind11::module& parent) {
            py::arg("inputs"), py::arg("device") = -1,
            "Queues the program on the current stream and returns its outputs.")
       .def("dump", &Program::dump)
+      .def("set_profiling", &Program::set_profiling,
+           "Times each step of later runs; dump() then shows the mean time per step.")
       .def("stats", [](const Program& p) {
         const ProgramStats& s = p.stats();
         py::dict d;

@@ -13,10 +13,8 @@ namespace my_device::compiler {
 namespace {
 
 // Elements per interpreted instruction: large enough that the switch is
-// noise, small enough that the register file (kMaxRegisters x kChunk floats)
-// stays in L1.
-constexpr int kChunk = 64;
-constexpr int kMaxRegisters = 48;
+// noise, small enough that the registers a kernel uses stay in L1/L2.
+constexpr int kChunk = 256;
 
 inline float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
@@ -42,7 +40,9 @@ inline float gelu_tanh_grad(float x) {
   return left_derivative + right_derivative;
 }
 
-// Each case is one loop over a chunk with a constant trip count.
+// Each case is one loop over a chunk with a constant trip count, which the
+// compiler vectorizes; on x86 a second copy is built for AVX2 and picked at
+// load time when the CPU has it (the extension itself targets baseline x86-64).
 #define MYDEV_UNARY(EXPR)                          \
   for (int i = 0; i < kChunk; ++i) {               \
     const float x = a[i];                          \
@@ -56,11 +56,20 @@ inline float gelu_tanh_grad(float x) {
   }                                                \
   break;
 
-void execute(const Instr& in, float* regs) {
-  float* d = regs + in.dst * kChunk;
-  const float* a = regs + in.a * kChunk;
-  const float* b = regs + in.b * kChunk;
-  const float* c = regs + in.c * kChunk;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MYDEV_VECTOR_CLONES __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#else
+#define MYDEV_VECTOR_CLONES
+#endif
+
+// `regs[r]` points at register r's kChunk floats: scratch, or for a full
+// chunk of a contiguous Float operand, the operand's memory itself. Registers
+// are written once (SSA), so a destination never aliases its sources.
+MYDEV_VECTOR_CLONES void execute(const Instr& in, float* const* regs) {
+  float* __restrict d = regs[in.dst];
+  const float* __restrict a = regs[in.a];
+  const float* __restrict b = regs[in.b];
+  const float* __restrict c = regs[in.c];
   const float k = in.imm;
   switch (in.op) {
     case Opcode::Load:
@@ -169,7 +178,7 @@ void fold(double& acc, const float* v, int n, ReduceKind kind) {
 } // namespace
 
 void ElementwiseKernel::run(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs) const {
-  TORCH_CHECK(num_registers <= kMaxRegisters, "mydev fused kernel: too many registers");
+  TORCH_CHECK(num_registers <= kMaxRegisters, "mydev fused kernel: too many registers (the compiler splits such groups)");
   const bool reducing = reduce != ReduceKind::None;
   at::TensorIteratorConfig config;
   config.check_all_same_dtype(false).resize_outputs(false).set_check_mem_overlap(!reducing);
@@ -200,27 +209,50 @@ void ElementwiseKernel::run(const std::vector<at::Tensor>& outputs, const std::v
   std::vector<c10::ScalarType> types;
   for (int i = 0; i < n_out + n_in; ++i) types.push_back(iter.dtype(i));
   // Loads come first in `code`, in input order (see Fusion.cpp).
+  // Registers computed by math (not loads) and stored to exactly one output
+  // can be computed in the output's memory directly.
+  std::vector<int> computed_by(num_registers, -1);
+  for (size_t i = 0; i < code.size(); ++i) computed_by[code[i].dst] = code[i].op == Opcode::Load ? -1 : 1;
+  std::vector<bool> direct(n_stored, false);
+  for (size_t o = 0; o < n_stored; ++o) {
+    direct[o] = computed_by[stores[o]] == 1 && std::count(stores.begin(), stores.end(), stores[o]) == 1 &&
+                types[o] == c10::ScalarType::Float;
+  }
   auto loop = [&](char** data, const int64_t* strides, int64_t size0, int64_t size1) {
-    alignas(64) float regs[kMaxRegisters * kChunk];
+    alignas(64) float scratch[kMaxRegisters * kChunk];
+    float* regs[kMaxRegisters];
     const int ntensors = n_out + n_in;
     for (int64_t outer = 0; outer < size1; ++outer) {
       double acc = reduce_identity(reduce);
       const int64_t out_stride = reducing ? strides[n_out - 1] : 0;
       for (int64_t start = 0; start < size0; start += kChunk) {
         const int n = static_cast<int>(std::min<int64_t>(kChunk, size0 - start));
+        const bool full = n == kChunk;
+        for (int r = 0; r < num_registers; ++r) regs[r] = scratch + r * kChunk;
+        for (size_t o = 0; o < n_stored; ++o) {
+          if (full && direct[o] && strides[o] == sizeof(float)) {
+            regs[stores[o]] = reinterpret_cast<float*>(data[o] + start * strides[o]);
+          }
+        }
         for (const Instr& in : code) {
           if (in.op == Opcode::Load) {
             const int k = n_out + in.a;
-            load(regs + in.dst * kChunk, data[k] + start * strides[k], strides[k], n, types[k]);
+            char* p = data[k] + start * strides[k];
+            if (full && strides[k] == sizeof(float) && types[k] == c10::ScalarType::Float) {
+              regs[in.dst] = reinterpret_cast<float*>(p);
+            } else {
+              load(regs[in.dst], p, strides[k], n, types[k]);
+            }
           } else {
             execute(in, regs);
           }
         }
         for (size_t o = 0; o < n_stored; ++o) {
-          store(data[o] + start * strides[o], strides[o], regs + stores[o] * kChunk, n, types[o]);
+          char* p = data[o] + start * strides[o];
+          if (reinterpret_cast<char*>(regs[stores[o]]) != p) store(p, strides[o], regs[stores[o]], n, types[o]);
         }
         if (reducing) {
-          const float* v = regs + reduce_register * kChunk;
+          const float* v = regs[reduce_register];
           char* p = data[n_out - 1] + start * out_stride;
           if (out_stride == 0) {
             fold(acc, v, n, reduce);

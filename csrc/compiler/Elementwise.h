@@ -39,6 +39,9 @@ struct Instr {
 
 enum class ReduceKind : uint8_t { None, Sum, Mean, Max, Min };
 
+// Registers a kernel may use; the compiler leaves a group unfused beyond it.
+constexpr int kMaxRegisters = 64;
+
 struct ElementwiseKernel {
   std::vector<Instr> code;
   int num_registers = 0;

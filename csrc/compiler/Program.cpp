@@ -5,6 +5,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <mutex>
 #include <sstream>
@@ -326,6 +327,12 @@ void Program::build() {
       step.label = "fused group of " + std::to_string(members.size()) + " ops ending with " +
                    label_of(g.nodes[members.back()]);
       step.kernel = build_kernel(g, members, stored, step.inputs);
+      if (step.kernel.num_registers > kMaxRegisters) {
+        for (int m : members) emit_call(m);
+        members.clear();
+        produced.clear();
+        return;
+      }
       // A fused reduction's result is stored last (ElementwiseKernel::run).
       if (step.kernel.reduce != ReduceKind::None) {
         const int r = g.nodes[members.back()].outputs[0];
@@ -386,6 +393,7 @@ void Program::build() {
   }
   flush();
   stats_.steps = static_cast<int64_t>(steps_.size());
+  step_ns_ = std::vector<std::atomic<int64_t>>(steps_.size());
 
   // 4. Where each value lives: graph outputs' storages are returned buffers,
   // other step results that an out= kernel or a fused kernel writes are
@@ -535,7 +543,10 @@ void Program::execute(c10::DeviceIndex device, const std::vector<at::Tensor>& in
     return t;
   };
   size_t next_generator = 0;
-  for (const Step& st : steps_) {
+  const bool profiling = profiling_.load(std::memory_order_relaxed);
+  for (size_t si = 0; si < steps_.size(); ++si) {
+    const Step& st = steps_[si];
+    const auto start = profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     try {
       if (st.kind == Step::Fused) {
         std::vector<at::Tensor> outs, ins;
@@ -588,7 +599,12 @@ void Program::execute(c10::DeviceIndex device, const std::vector<at::Tensor>& in
       TORCH_CHECK(false, st.label, ": ", e.what_without_backtrace());
     }
     for (int v : st.release) values[v] = at::Tensor();
+    if (profiling) {
+      step_ns_[si] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+                          .count();
+    }
   }
+  if (profiling) profiled_runs_ += 1;
 }
 
 std::string Program::dump() const {
@@ -596,9 +612,11 @@ std::string Program::dump() const {
   s << graph_.str();
   s << "# " << steps_.size() << " steps (" << stats_.nodes << " ops: " << stats_.fused_nodes << " fused into "
     << stats_.fused_groups << " kernels, " << stats_.calls << " calls, " << stats_.views << " views)\n";
+  const int64_t runs = profiled_runs_.load();
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
     s << "step " << i << ": ";
+    if (runs > 0) s << "[" << step_ns_[i].load() / runs / 1000 << " us] ";
     if (st.kind == Step::Fused) {
       s << st.label << "\n  loads";
       for (int v : st.inputs) s << " %" << v;

@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,8 +82,14 @@ class Program : public std::enable_shared_from_this<Program> {
   const ProgramStats& stats() const {
     return stats_;
   }
-  // The graph, then the steps with their kernels and the memory plan.
+  // The graph, then the steps with their kernels and the memory plan (and,
+  // once profiled runs finished, each step's time).
   std::string dump() const;
+  // Time each step of later runs (on the worker), for dump(): where a
+  // program spends its time.
+  void set_profiling(bool on) {
+    profiling_ = on;
+  }
 
   // Runs on the stream's worker: what the queued task does.
   void execute(c10::DeviceIndex device, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
@@ -99,6 +106,9 @@ class Program : public std::enable_shared_from_this<Program> {
   std::vector<int> arena_buffers_;       // value id of each arena buffer
   MemoryPlan plan_;
   ProgramStats stats_;
+  std::atomic<bool> profiling_{false};
+  mutable std::vector<std::atomic<int64_t>> step_ns_;  // per step, summed over profiled runs
+  mutable std::atomic<int64_t> profiled_runs_{0};
 };
 
 // Process-wide counters of my_device.compiler.counters().
