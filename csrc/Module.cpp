@@ -21,6 +21,9 @@
 namespace my_device::compiler {
 void init_bindings(pybind11::module& parent);  // compiler/Bindings.cpp
 }
+namespace my_device::jit {
+void init_bindings(pybind11::module& parent);  // jit/Bindings.cpp
+}
 
 namespace my_device {
 namespace {
@@ -198,6 +201,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "How many times each op (by 'aten::name.overload') ran through the copying CPU fallback.");
   m.def("reset_fallback_counts", &reset_fallback_counts);
   compiler::init_bindings(m);
+  jit::init_bindings(m);
 
   // Operator coverage: the generic host-kernel registration, which must follow
   // every static registration of this library, and the fallback tracker.

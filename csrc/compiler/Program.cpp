@@ -456,10 +456,21 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
     if (device < 0) device = t.device().index();
     TORCH_CHECK(t.device().index() == device, "Expected all tensors to be on the same device, but found at least two devices, ",
                 c10::Device(kMyDev, device), " and ", t.device(), "!");
-    TORCH_CHECK(t.scalar_type() == m.dtype && t.sizes() == c10::IntArrayRef(m.sizes) &&
-                    t.strides() == c10::IntArrayRef(m.strides),
-                "mydev program '", g.name, "': input ", i, " is ", t.scalar_type(), t.sizes(), " with strides ",
-                t.strides(), ", compiled for ", m.str());
+    if (t.scalar_type() != m.dtype || t.sizes() != c10::IntArrayRef(m.sizes) ||
+        t.strides() != c10::IntArrayRef(m.strides)) {
+      // Name the op that reads the input first, with the frontend's source location.
+      std::string reader;
+      for (const Node& n : g.nodes) {
+        bool reads = false;
+        for (const Arg& a : n.args) reads = reads || a.value == g.inputs[i];
+        if (reads) {
+          reader = ", read by " + label_of(n);
+          break;
+        }
+      }
+      TORCH_CHECK(false, "mydev program '", g.name, "': input ", i, " is ", t.scalar_type(), t.sizes(),
+                  " with strides ", t.strides(), ", compiled for ", m.str(), reader);
+    }
   }
   if (device < 0) device = current_device();
   const auto options = at::TensorOptions().device(kMyDev, device);

@@ -1,0 +1,176 @@
+"""TorchScript on mydev: to_backend("mydev") and the transparent fusion pass, against eager mydev."""
+import io
+import pytest
+import torch
+from torch import nn
+
+import my_device.compiler as mc
+import my_device.jit as mj
+
+DEV = "mydev"
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4)).to(DEV).eval(), torch.randn(4, 16)
+
+
+def _cnn():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 4 * 4, 5))
+    return m.to(DEV).eval(), torch.randn(2, 3, 8, 8)
+
+
+@pytest.mark.parametrize("build", [_mlp, _cnn], ids=["mlp", "cnn"])
+def test_lowered_module_matches_eager_and_runs_through_the_backend(build):
+    model, x = build()
+    x = x.to(DEV)
+    lowered = mj.to_mydev(torch.jit.script(model), (x,))
+    # The lowered module's code calls the backend; the ops are gone from it.
+    inner = lowered._c.getattr("__loweredModule__")
+    code = inner.forward.code
+    assert "__backend" in code and "execute" in code and "linear" not in code and "conv" not in code
+    before = mc.counters()["launches"]
+    with torch.no_grad():
+        torch.testing.assert_close(lowered(x), model(x))
+    assert mc.counters()["launches"] == before + 1  # the whole method is one launch
+
+
+def test_save_and_load_in_a_fresh_process_and_the_lite_interpreter(tmp_path, python_subprocess):
+    model, x = _mlp()
+    x = x.to(DEV)
+    lowered = mj.to_mydev(torch.jit.script(model), (x,))
+    path = tmp_path / "lowered.pt"
+    torch.jit.save(lowered, str(path))
+    with torch.no_grad():
+        expected = model(x).cpu()
+    torch.save({"x": x.cpu(), "y": expected}, str(tmp_path / "io.pt"))
+    # the same process
+    torch.testing.assert_close(torch.jit.load(str(path))(x), expected.to(DEV))
+    # a fresh process: `import torch` autoloads mydev, which registers the backend
+    r = python_subprocess(f"""
+        import torch, warnings
+        warnings.simplefilter("ignore")
+        io = torch.load({str(tmp_path / "io.pt")!r})
+        m = torch.jit.load({str(path)!r})
+        import my_device.compiler as mc
+        before = mc.counters()["launches"]
+        out = m(io["x"].to("mydev"))
+        assert mc.counters()["launches"] == before + 1, mc.counters()
+        torch.testing.assert_close(out.cpu(), io["y"])
+        print("ok")
+    """)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+    # the lite interpreter
+    buffer = io.BytesIO(lowered._save_to_buffer_for_lite_interpreter())
+    from torch.jit.mobile import _load_for_lite_interpreter
+
+    lite = _load_for_lite_interpreter(buffer)
+    torch.testing.assert_close(lite(x), expected.to(DEV))
+
+
+def test_selective_lowering():
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.head(self.body(x)) * 3
+
+    torch.manual_seed(0)
+    model = Outer().to(DEV).eval()
+    x = torch.randn(5, 8, device=DEV)
+    scripted = torch.jit.script(model)
+    mixed = mj.to_mydev_selective(scripted, {"body": (x,)}, ["body"])
+    with torch.no_grad():
+        torch.testing.assert_close(mixed(x), model(x))
+    assert "__loweredModule__" in str(mixed.body.code)
+
+
+def test_unsupported_op_fails_at_lowering_with_its_source():
+    class DataDependent(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            return torch.nonzero(y > 0).float().sum() + y  # output shape depends on the data
+
+    x = torch.randn(3, 4, device=DEV)
+    with pytest.raises(RuntimeError, match=r"(?s)cannot lower aten::nonzero.*torch.nonzero\(y > 0\)"):
+        mj.to_mydev(torch.jit.script(DataDependent()), (x,))
+
+
+def test_shape_error_at_execute_names_the_source_line():
+    model, x = _mlp()
+    lowered = mj.to_mydev(torch.jit.script(model), (x.to(DEV),))
+    keep = torch.ones(3, device=DEV)
+    with pytest.raises(RuntimeError, match=r"(?s)compiled for Float\[4,16\].*linear\.py:\d+"):
+        lowered(torch.randn(5, 16, device=DEV))
+    with torch.no_grad():
+        torch.testing.assert_close(lowered(x.to(DEV)), model(x.to(DEV)))
+    assert keep.tolist() == [1.0, 1.0, 1.0]
+
+
+class _WithBreak(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(16, 16)
+        self.l2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.tanh(self.l1(x)) * 2 + 1
+        h = torch.nonzero(h > 0).sum() + h  # not expressible: splits the graph
+        return torch.relu(self.l2(h))
+
+
+def _groups(graph):
+    return [n for n in graph.nodes() if n.kind() == "mydev::CompilationGroup"]
+
+
+def test_transparent_mode_groups_and_splits_at_an_unsupported_op():
+    torch.manual_seed(0)
+    model = _WithBreak().to(DEV).eval()
+    scripted = torch.jit.script(model)
+    x = torch.randn(4, 16, device=DEV)
+    mj.reset_stats()
+    with torch.no_grad(), mj.fusion():
+        for _ in range(3):
+            out = scripted(x)
+        graph = torch.jit.last_executed_optimized_graph()
+    groups = _groups(graph)
+    assert len(groups) == 2, graph
+    assert any(n.kind() == "aten::nonzero" for n in graph.nodes())
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x))
+    assert mj.stats()["groups_compiled"] == 2 and mj.stats()["groups_run"] >= 2
+
+
+def test_transparent_mode_on_a_cnn():
+    model, x = _cnn()
+    x = x.to(DEV)
+    scripted = torch.jit.script(model)
+    with torch.no_grad(), mj.fusion():
+        for _ in range(3):
+            out = scripted(x)
+        graph = torch.jit.last_executed_optimized_graph()
+    assert len(_groups(graph)) == 1, graph
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x))
+
+
+def test_transparent_mode_leaves_training_graphs_alone():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh()).to(DEV)
+    scripted = torch.jit.script(model)
+    x = torch.randn(3, 8, device=DEV)
+    with mj.fusion():
+        for _ in range(3):
+            scripted(x).sum().backward()
+        graph = torch.jit.last_executed_optimized_graph()
+    assert _groups(graph) == []
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g / 3, p.grad)
