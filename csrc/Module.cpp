@@ -24,6 +24,9 @@ void init_bindings(pybind11::module& parent);  // compiler/Bindings.cpp
 namespace my_device::jit {
 void init_bindings(pybind11::module& parent);  // jit/Bindings.cpp
 }
+namespace my_device::lazy {
+void init_bindings(pybind11::module& parent);  // lazy/Bindings.cpp
+}
 
 namespace my_device {
 namespace {
@@ -202,6 +205,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_fallback_counts", &reset_fallback_counts);
   compiler::init_bindings(m);
   jit::init_bindings(m);
+  lazy::init_bindings(m);
 
   // Operator coverage: the generic host-kernel registration, which must follow
   // every static registration of this library, and the fallback tracker.

@@ -1,6 +1,7 @@
 #include "Lowering.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/operator.h>
@@ -21,6 +22,7 @@ namespace prim = c10::prim;
 // (with its Meta tensor), a constant, or a list/tuple of either.
 struct Entry {
   int value = -1;         // program value id
+  bool scalar = false;    // a 0-dim tensor standing for a Scalar (aten::ScalarImplicit of a program value)
   at::Tensor meta;        // when value >= 0
   c10::IValue constant;   // when value < 0 and !is_list
   bool is_list = false;
@@ -103,6 +105,15 @@ c10::IValue meta_value(const Entry& e, const c10::TypePtr& type) {
   if (e.value >= 0) return e.meta;
   if (!e.is_list) {
     if (e.constant.isDevice()) return c10::Device(c10::kMeta);
+    const bool tensor_formal = type->kind() == c10::TypeKind::TensorType;
+    if (tensor_formal && (e.constant.isInt() || e.constant.isDouble() || e.constant.isBool())) {
+      // A number for a Tensor argument: a wrapped number, as the program passes it (Program.cpp).
+      const auto dtype = e.constant.isDouble() ? at::kDouble : e.constant.isInt() ? at::kLong : at::kBool;
+      // (on the CPU: wrapped numbers are CPU tensors, which mix with Meta ones)
+      at::Tensor t = at::empty({}, at::TensorOptions().dtype(dtype));
+      t.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return t;
+    }
     return e.constant;
   }
   c10::TypePtr t = type;
@@ -131,6 +142,31 @@ c10::IValue meta_value(const Entry& e, const c10::TypePtr& type) {
 // aten::__getitem__...): these only compute numbers, which fold into constants.
 std::optional<c10::OperatorHandle> dispatcher_op(const c10::FunctionSchema& s) {
   return c10::Dispatcher::singleton().findSchema({s.name(), s.overload_name()});
+}
+
+// The overload of `op` taking a Tensor where it takes a Scalar at argument
+// `index`, the other arguments alike (add.Scalar -> add.Tensor).
+std::optional<c10::OperatorHandle> tensor_overload(const c10::OperatorHandle& op, size_t index) {
+  static const auto overloads = [] {
+    std::unordered_map<std::string, std::vector<std::string>> m;
+    for (const c10::OperatorName& n : c10::Dispatcher::singleton().getAllOpNames()) m[n.name].push_back(n.overload_name);
+    return m;
+  }();
+  const c10::FunctionSchema& s = op.schema();
+  auto it = overloads.find(s.name());
+  if (it == overloads.end()) return std::nullopt;
+  for (const std::string& overload : it->second) {
+    auto candidate = c10::Dispatcher::singleton().findSchema({s.name(), overload});
+    if (!candidate) continue;
+    const auto& cs = candidate->schema();
+    if (cs.arguments().size() != s.arguments().size() || cs.returns().size() != s.returns().size()) continue;
+    bool match = cs.arguments()[index].type()->kind() == c10::TypeKind::TensorType;
+    for (size_t i = 0; i < s.arguments().size() && match; ++i) {
+      if (i != index) match = cs.arguments()[i].type()->str() == s.arguments()[i].type()->str();
+    }
+    if (match) return candidate;
+  }
+  return std::nullopt;
 }
 
 bool runs_on_device(const c10::OperatorHandle& op) {
@@ -252,6 +288,18 @@ class Lowerer {
       env_[node->output()] = std::move(e);
       return;
     }
+    if (kind == c10::aten::ScalarImplicit && entry(node->input()).is_constant()) {
+      env_[node->output()] = entry(node->input());  // a number given for a 0-dim tensor input
+      return;
+    }
+    if (kind == c10::aten::ScalarImplicit && entry(node->input()).value >= 0) {
+      // A number that lives in device memory: the op that takes it becomes
+      // its overload taking a tensor there (add.Scalar -> add.Tensor).
+      Entry e = entry(node->input());
+      e.scalar = true;
+      env_[node->output()] = std::move(e);
+      return;
+    }
     if (kind == prim::If || kind == prim::Loop) unsupported(node, "control flow");
     if (kind == prim::CallMethod || kind == prim::CallFunction) unsupported(node, "a call (inline the graph first)");
     if (kind == prim::GetAttr || kind == prim::SetAttr) unsupported(node, "module attributes (freeze the module)");
@@ -309,6 +357,12 @@ class Lowerer {
                                   : emit(node, "aten::mm", {ins[0], t}, 1)[0];
       return;
     }
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (ins[i].scalar && schema->arguments()[i].type()->kind() != c10::TypeKind::TensorType) {
+        op = tensor_overload(*op, i);
+        if (!op) unsupported(node, "a number computed on the device is passed where it takes a Scalar");
+      }
+    }
     const std::vector<Entry> outs = emit(node, *op, ins, node->outputs().size());
     for (size_t i = 0; i < outs.size(); ++i) env_[node->outputs()[i]] = outs[i];
   }
@@ -347,7 +401,7 @@ class Lowerer {
     std::vector<Entry> outs;
     for (size_t i = 0; i < n_out; ++i) {
       const c10::IValue& r = stack[stack.size() - n_out + i];
-      if (r.isTensor()) {
+      if (r.isTensor() && r.toTensor().defined()) {
         Entry e = new_value(r.toTensor(), index);
         n.outputs.push_back(e.value);
         outs.push_back(std::move(e));
@@ -360,7 +414,7 @@ class Lowerer {
           list.items.push_back(std::move(e));
         }
         outs.push_back(std::move(list));
-      } else if (r.isNone()) {
+      } else if (r.isNone() || r.isTensor()) {  // an undefined tensor (a gradient not asked for)
         n.outputs.push_back(-1);
         outs.emplace_back();
       } else {

@@ -82,12 +82,8 @@ void copying_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch:
                "copying fallback, which copies every input and output. my_device.fallback_counts() lists such "
                "ops; MYDEV_FALLBACK=error makes this an error and MYDEV_FALLBACK=silent hides this warning.");
   }
-  std::optional<FallbackSignature> sig;
-  if (g_tracking.load() > 0) sig = describe_inputs(name, op.schema(), *stack);
+  record_fallback(name, op.schema(), *stack);
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
-  std::lock_guard<std::mutex> lock(g_mutex);
-  ++g_counts[name];
-  if (sig) ++g_records[std::move(*sig)];
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -95,6 +91,14 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 } // namespace
+
+void record_fallback(const std::string& name, const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  std::optional<FallbackSignature> sig;
+  if (g_tracking.load() > 0) sig = describe_inputs(name, schema, stack);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_counts[name];
+  if (sig) ++g_records[std::move(*sig)];
+}
 
 std::unordered_map<std::string, int64_t> fallback_counts() {
   std::lock_guard<std::mutex> lock(g_mutex);

@@ -1,4 +1,6 @@
 #pragma once
+#include <ATen/core/function_schema.h>
+#include <ATen/core/stack.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
@@ -33,6 +35,10 @@ struct FallbackSignature {
 
 // While tracking is on (start/stop nest), fallback_records() holds each
 // signature seen since tracking began and its number of calls.
+// Counts one call of `name` by a fallback other than the copying one (the
+// Lazy backend's), and records its inputs while track_fallbacks() is open.
+void record_fallback(const std::string& name, const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
+
 void start_fallback_tracking();
 void stop_fallback_tracking();
 std::vector<std::pair<FallbackSignature, int64_t>> fallback_records();

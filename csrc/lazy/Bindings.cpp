@@ -1,0 +1,23 @@
+// my_device._C._lazy: the Lazy Tensor backend's Python face (my_device/lazy.py).
+#include <torch/extension.h>
+
+#include "Lazy.h"
+
+namespace my_device::lazy {
+
+void init_bindings(pybind11::module& parent) {
+  auto m = parent.def_submodule("_lazy", "The mydev Lazy Tensor backend (csrc/lazy).");
+  m.def("init", &init, "Registers the mydev Lazy Tensor backend (once per process).");
+  m.def("metrics", [] {
+    const LazyMetrics& c = metrics();
+    pybind11::dict d;
+    d["graphs_compiled"] = c.graphs_compiled.load();
+    d["executions"] = c.executions.load();
+    d["fallback_ops"] = c.fallback_ops.load();
+    d["transfer_bytes"] = c.transfer_bytes.load();
+    return d;
+  });
+  m.def("last_graph", &last_graph);
+}
+
+} // namespace my_device::lazy

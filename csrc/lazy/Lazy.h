@@ -1,0 +1,24 @@
+#pragma once
+// The mydev Lazy Tensor backend (Backend.cpp) and its eager fallback
+// (EagerFallback.cpp).
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace my_device::lazy {
+
+struct LazyMetrics {
+  std::atomic<int64_t> graphs_compiled{0};  // mydev programs built from traced graphs
+  std::atomic<int64_t> executions{0};       // programs run
+  std::atomic<int64_t> fallback_ops{0};     // ops run by the eager fallback on mydev tensors
+  std::atomic<int64_t> transfer_bytes{0};   // bytes copied from the host into lazy tensors' device data
+};
+LazyMetrics& metrics();
+// The dump of the last program built.
+std::string last_graph();
+
+// Registers the backend, the lazy kernels and the eager fallback (once).
+void init();
+void register_eager_fallback();
+
+} // namespace my_device::lazy
