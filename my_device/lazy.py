@@ -35,4 +35,9 @@ def last_graph():
     return _C._lazy.last_graph()
 
 
-__all__ = ["init", "last_graph", "metrics"]
+def device_data(tensor):
+    """The mydev tensor holding a lazy tensor's value once materialised (after mark_step), else None."""
+    return _C._lazy.device_data(tensor)
+
+
+__all__ = ["device_data", "init", "last_graph", "metrics"]

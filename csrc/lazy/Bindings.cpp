@@ -1,4 +1,6 @@
 // my_device._C._lazy: the Lazy Tensor backend's Python face (my_device/lazy.py).
+#include <torch/csrc/lazy/core/tensor.h>
+#include <torch/csrc/lazy/ts_backend/ts_backend_impl.h>
 #include <torch/extension.h>
 
 #include "Lazy.h"
@@ -18,6 +20,12 @@ void init_bindings(pybind11::module& parent) {
     return d;
   });
   m.def("last_graph", &last_graph);
+  m.def("device_data", [](const at::Tensor& t) {
+    auto ltc = torch::lazy::TryGetLtcTensor(t);
+    TORCH_CHECK(ltc, "device_data: not a lazy tensor");
+    auto data = std::dynamic_pointer_cast<torch::lazy::TSData>(ltc->CurrentDataHandle());
+    return data && data->HasValue() ? data->data() : at::Tensor();
+  }, "The device tensor holding a lazy tensor's materialised value (None before mark_step).");
 }
 
 } // namespace my_device::lazy

@@ -125,9 +125,11 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  const at::Tensor& src = self;
   TORCH_CHECK(dst.defined(), "dst is undefined");
-  if (src.numel() == 0) return dst;
+  if (self.numel() == 0) return dst;
+  // A source with no storage (a lazy tensor copied into mydev): its backend
+  // produces its value on the CPU, which is then copied in as any host tensor.
+  const at::Tensor src = self.has_storage() ? self : self.cpu();
   if (is_device(src) && is_device(dst) && src.device() == dst.device()) {
     copy_on_device(src, dst);
     return dst;
@@ -164,7 +166,25 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   return at::_local_scalar_dense(host);
 }
 
+// The functional copy(self, src) into a tensor of another backend: dispatch
+// picked mydev only because PrivateUse1 outranks every other backend key (a
+// mydev source into a lazy destination, under functionalization); the
+// destination's backend owns the result, so it gets the call.
+void copy_functional(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const auto& args = *stack;
+  const at::Tensor& self = args[args.size() - 3].toTensor();
+  c10::DispatchKeySet keys = ks;
+  if (self.device().type() != kMyDev) {
+    keys = keys.remove_backend(c10::BackendComponent::PrivateUse1Bit) | self.key_set();
+    keys = keys.remove_backend(c10::BackendComponent::PrivateUse1Bit);
+  } else {
+    keys = c10::DispatchKeySet(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+  }
+  op.redispatchBoxed(keys, stack);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("copy", torch::CppFunction::makeFromBoxedFunction<&copy_functional>());
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
