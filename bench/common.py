@@ -18,13 +18,16 @@ def median_seconds(fn, inner: int, repeat: int = 9, sync=lambda: None) -> float:
     return statistics.median(samples)
 
 
-def parse_args(doc: str, repeat: int):
-    """The benchmarks' command line (--threads, --repeat); applies --threads and prints the setting."""
+def parse_args(doc: str, repeat: int, extra=None):
+    """The benchmarks' command line (--threads, --repeat, and what `extra(parser)` adds); applies
+    --threads and prints the setting."""
     import torch
 
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
     parser.add_argument("--repeat", type=int, default=repeat, help="timed repetitions per case")
+    if extra is not None:
+        extra(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} intra-op thread(s), median of {args.repeat}")

@@ -31,6 +31,17 @@ def _register():
 
 _register()
 
+
+def _register_dynamo_device_interface(_module) -> None:
+    from .inductor.device_interface import register
+
+    register()
+
+
+from ._import_hooks import when_imported  # noqa: E402
+
+when_imported("torch._dynamo.device_interface", _register_dynamo_device_interface)
+
 from . import _exit  # noqa: E402
 
 _exit.install()

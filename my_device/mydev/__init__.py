@@ -170,3 +170,18 @@ def get_amp_supported_dtype():
 from .memory import *  # noqa: E402,F401,F403
 from .random import *  # noqa: E402,F401,F403
 from .streams import *  # noqa: E402,F401,F403
+
+
+# Inductor asks the privateuse1 device module for its code generators the first
+# time it compiles for mydev (torch._inductor.codegen.common.
+# init_backend_registration); they are imported only then.
+_INDUCTOR_NAMES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+
+
+def __getattr__(name: str):
+    if name in _INDUCTOR_NAMES:
+        from ..inductor import backend
+
+        backend.register()
+        return getattr(backend, "Mydev" + name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,134 @@
+"""torch.compile on mydev, both ways in (Inductor, and backend="mydev"), against eager mydev and
+eager CPU, in one process.
+
+Run: python bench/bench_compile.py [--threads N] [--repeat R] [--cases tiny,mlp,...]
+
+Cases (each a full training step: forward, backward, optimizer step):
+  tiny   Linear(16,16)-Tanh-Linear(16,4), batch 4, AdamW (issue 14's launch-bound step)
+  mlp    Linear(256,512)-GELU-Linear(512,512)-GELU-Linear(512,10), batch 64, SGD
+  cnn    two 3x3 convolutions with ReLU and max pooling, batch 8 at 32x32, SGD
+  transformer  nn.TransformerEncoderLayer(128, 4 heads, 256), batch 8 x 32 tokens, SGD
+
+For each: the time per step of eager CPU, CPU with the model compiled by Inductor, eager mydev,
+mydev compiled by Inductor, mydev compiled by the mydev backend, and the latter with the optimizer
+step compiled too. Printed: Inductor's speed-up (eager / compiled) on mydev beside CPU's, and the
+mydev backend's time against eager mydev and eager CPU. Then the first-call compile time
+(forward+backward, fresh caches) of Inductor on mydev and of backend="mydev" against CPU Inductor's.
+Targets (issue 14): Inductor's speed-up on mydev within 10% of CPU's (mlp, cnn, transformer);
+tiny step with backend="mydev" <= 0.5x eager mydev and <= 1.0x eager CPU; each compile time
+<= 1.5x CPU Inductor's.
+"""
+import copy
+import time
+
+import torch
+from torch import nn
+
+import my_device  # noqa: F401
+from common import median_seconds, parse_args
+
+
+def _tiny():
+    return nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4)), (4, 16), 4, torch.optim.AdamW
+
+
+def _mlp():
+    m = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 10))
+    return m, (64, 256), 10, torch.optim.SGD
+
+
+def _cnn():
+    m = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
+                      nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
+    return m, (8, 3, 32, 32), 10, torch.optim.SGD
+
+
+def _transformer():
+    m = nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True)
+    return m, (8, 32, 128), None, torch.optim.SGD
+
+
+CONFIGS = (("cpu eager", "cpu", None, False), ("cpu inductor", "cpu", "inductor", False),
+           ("mydev eager", "mydev", None, False), ("mydev inductor", "mydev", "inductor", False),
+           ("mydev backend", "mydev", "mydev", False), ("mydev backend+opt", "mydev", "mydev", True))
+
+CASES = {"tiny": (_tiny, 300), "mlp": (_mlp, 20), "cnn": (_cnn, 10), "transformer": (_transformer, 10)}
+
+
+def _step_fn(model, opt, x, target, backend, compile_opt):
+    fwd = torch.compile(model, backend=backend) if backend else model
+    opt_step = torch.compile(opt.step, backend=backend) if compile_opt else opt.step
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out = fwd(x)
+        loss = nn.functional.cross_entropy(out, target) if target is not None else (out * out).mean()
+        loss.backward()
+        opt_step()
+
+    return step
+
+
+def _case(name, build, inner, repeat):
+    torch.manual_seed(0)
+    model, shape, classes, opt_cls = build()
+    x = torch.randn(shape)
+    target = torch.randint(0, classes, (shape[0],)) if classes else None
+    times = {}
+    for label, device, backend, co in CONFIGS:
+        torch._dynamo.reset()
+        m = copy.deepcopy(model).to(device)
+        opt = opt_cls(m.parameters(), lr=1e-3)
+        step = _step_fn(m, opt, x.to(device), None if target is None else target.to(device), backend, co)
+        sync = torch.mydev.synchronize if device == "mydev" else (lambda: None)
+        for _ in range(3):  # compiles, and the optimizer's state
+            step()
+        times[label] = median_seconds(step, inner, repeat, sync)
+    cpu, eager = times["cpu eager"], times["mydev eager"]
+    print(f"{name:<12} " + "  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in times.items()), flush=True)
+    cpu_speedup = cpu / times["cpu inductor"]
+    mydev_speedup = eager / times["mydev inductor"]
+    print(f"{'':<12} inductor speed-up: cpu {cpu_speedup:5.2f}x, mydev {mydev_speedup:5.2f}x "
+          f"(mydev/cpu {mydev_speedup / cpu_speedup:5.2f});  backend=mydev vs mydev eager "
+          f"{times['mydev backend'] / eager:5.2f}x (+opt {times['mydev backend+opt'] / eager:5.2f}x), "
+          f"vs cpu eager {times['mydev backend'] / cpu:5.2f}x (+opt {times['mydev backend+opt'] / cpu:5.2f}x)",
+          flush=True)
+
+
+def _compile_time(backend, device):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, shape, _, _ = _tiny()
+    model = model.to(device)
+    x = torch.randn(shape, device=device)
+    start = time.perf_counter()
+    out = torch.compile(model, backend=backend)(x)
+    out.sum().backward()
+    if device == "mydev":
+        torch.mydev.synchronize()
+    return time.perf_counter() - start
+
+
+def main():
+    args = parse_args(__doc__, repeat=7, extra=lambda p: p.add_argument(
+        "--cases", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES)))
+    for name in args.cases.split(","):
+        build, inner = CASES[name]
+        _case(name, build, inner, args.repeat)
+    # Inductor's caches would make a second compile nearly free: fresh, empty caches for each.
+    import os
+    import tempfile
+
+    torch._inductor.config.fx_graph_cache = False
+    times = {}
+    for label, backend, device in (("cpu inductor", "inductor", "cpu"), ("mydev inductor", "inductor", "mydev"),
+                                   ("mydev backend", "mydev", "mydev")):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp()
+        times[label] = _compile_time(backend, device)
+    cpu_s = times["cpu inductor"]
+    print("first call, forward+backward compile of tiny: " + ", ".join(
+        f"{k} {v:6.2f} s ({v / cpu_s:4.2f}x)" for k, v in times.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

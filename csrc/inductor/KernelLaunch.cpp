@@ -1,0 +1,93 @@
+// my_device._C._inductor: queues a kernel that Inductor's C++ code generation
+// compiled for mydev on the current stream, as a Triton kernel is queued on a
+// CUDA stream: the host returns at once, the kernel runs on the stream's worker
+// after the work queued before it, and a failure is reported at the next
+// synchronisation under the kernel's name.
+//
+// Every generated kernel gets one entry point of the same shape,
+// `void entry(const int64_t* args)` (my_device/inductor/kernels.py writes it),
+// so one launcher serves them all: pointers and integers travel as int64, a
+// floating-point scalar as the bits of a double.
+#include <torch/extension.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "../core/Device.h"
+#include "../core/KernelArgs.h"
+#include "../core/Launch.h"
+
+namespace my_device::inductor {
+namespace {
+
+using Entry = void (*)(const int64_t*);
+
+// Launch labels must outlive their tasks; kernel names are few and long-lived.
+const char* intern(const std::string& name) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.insert(name).first->c_str();
+}
+
+struct TensorSlot {
+  size_t index;
+  at::Tensor tensor;
+};
+
+void launch(int64_t entry_address, const std::string& name, const pybind11::sequence& call_args) {
+  namespace py = pybind11;
+  const Entry entry = reinterpret_cast<Entry>(entry_address);
+  const char* label = intern(name);
+  std::vector<int64_t> values(call_args.size(), 0);
+  std::vector<TensorSlot> tensors;
+  c10::DeviceIndex device = -1;
+  for (size_t i = 0; i < values.size(); ++i) {
+    py::handle arg = call_args[i];
+    if (THPVariable_Check(arg.ptr())) {
+      const at::Tensor& t = THPVariable_Unpack(arg.ptr());
+      TORCH_CHECK(t.device().type() == kMyDev, "mydev kernel '", name, "': argument ", i, " is on ", t.device(),
+                  ", expected a mydev tensor");
+      if (device < 0) {
+        device = t.device().index();
+      } else {
+        TORCH_CHECK(t.device().index() == device, "mydev kernel '", name, "': argument ", i, " is on ", t.device(),
+                    ", other arguments on mydev:", static_cast<int>(device));
+      }
+      tensors.push_back({i, t});
+    } else if (py::isinstance<py::bool_>(arg) || py::isinstance<py::int_>(arg)) {
+      values[i] = arg.cast<int64_t>();
+    } else if (py::isinstance<py::float_>(arg)) {
+      const double d = arg.cast<double>();
+      std::memcpy(&values[i], &d, sizeof(d));
+    } else {
+      TORCH_CHECK(false, "mydev kernel '", name, "': argument ", i, " has unsupported type ",
+                  std::string(py::str(arg.get_type())));
+    }
+  }
+  if (device < 0) device = current_device();
+  KernelArgs args(device);
+  for (TensorSlot& slot : tensors) slot.tensor = args.own(slot.tensor);
+  launch_async(device, label, [entry, values = std::move(values), tensors = std::move(tensors)]() mutable {
+    for (const TensorSlot& slot : tensors) {
+      const at::Tensor& t = slot.tensor;
+      char* base = static_cast<char*>(t.storage().mutable_data());
+      values[slot.index] =
+          reinterpret_cast<int64_t>(kernel_address(base + t.storage_offset() * static_cast<int64_t>(t.itemsize())));
+    }
+    entry(values.data());
+  });
+}
+
+} // namespace
+
+void init_bindings(pybind11::module& parent) {
+  auto m = parent.def_submodule("_inductor", "Launching Inductor-generated kernels on mydev streams.");
+  m.def("launch", &launch, pybind11::arg("entry"), pybind11::arg("name"), pybind11::arg("args"),
+        "Queues the compiled kernel at address `entry` on the current mydev stream with `args` "
+        "(mydev tensors, ints, floats).");
+}
+
+} // namespace my_device::inductor

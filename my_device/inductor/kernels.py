@@ -1,0 +1,72 @@
+"""Kernels that Inductor's C++ code generation writes for mydev, compiled and
+queued on mydev streams.
+
+Inductor compiles a CPU kernel into a Python binding that runs it at the call,
+on the host thread. A mydev kernel must instead take its place on the current
+stream and run on the stream's worker, so each kernel gets one extra entry
+point, `mydev_entry(const int64_t* args)`, that unpacks a flat argument array
+into the kernel's own parameters; my_device._C._inductor.launch queues a call
+to it (csrc/inductor/KernelLaunch.cpp). Compilation and its on-disk cache are
+Inductor's (CppCodeCache), so kernels are shared across processes.
+"""
+
+import ctypes
+
+from torch._inductor.async_compile import AsyncCompile
+from torch._inductor.codecache import CppCodeCache, LambdaFuture
+
+from .. import _C
+
+ENTRY = "mydev_entry"
+
+
+def _unpack(index: int, cpp_type: str) -> str:
+    value = f"args[{index}]"
+    if cpp_type.rstrip().endswith("*"):
+        return f"reinterpret_cast<{cpp_type}>({value})"
+    base = cpp_type.replace("const", "").strip()
+    if base in ("float", "double", "at::Half", "at::BFloat16"):
+        return f"static_cast<{base}>(mydev_bits_to_double({value}))"
+    return f"static_cast<{base}>({value})"
+
+
+def entry_point(arg_types: list[str]) -> str:
+    """C++ source of the uniform entry point for a kernel with `arg_types`."""
+    unpacked = ",\n        ".join(_unpack(i, t) for i, t in enumerate(arg_types))
+    return f"""
+#include <cstring>
+static inline double mydev_bits_to_double(int64_t bits) {{
+    double d;
+    std::memcpy(&d, &bits, sizeof(d));
+    return d;
+}}
+extern "C" __attribute__((visibility("default"))) void {ENTRY}(const int64_t* args) {{
+    kernel(
+        {unpacked});
+}}
+"""
+
+
+class MydevKernel:
+    """A compiled kernel; calling it queues it on the current mydev stream."""
+
+    __slots__ = ("name", "entry", "_library")
+
+    def __init__(self, name: str, library: ctypes.CDLL):
+        self.name = name
+        self._library = library  # keeps the shared object loaded
+        self.entry = ctypes.cast(getattr(library, ENTRY), ctypes.c_void_p).value
+
+    def __call__(self, *args):
+        _C._inductor.launch(self.entry, self.name, args)
+
+
+def cpp_kernel(async_compile: AsyncCompile, name: str, arg_types: list[str], source: str):
+    """What a generated mydev wrapper calls in place of async_compile.cpp_pybinding."""
+    source = source + entry_point(arg_types)
+    from torch._inductor.async_compile import get_compile_threads
+
+    if get_compile_threads() <= 1:
+        return MydevKernel(name, CppCodeCache.load(source))
+    result = CppCodeCache.load_async(source, submit_fn=async_compile.submit)
+    return LambdaFuture(lambda: MydevKernel(name, result()))
