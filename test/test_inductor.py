@@ -206,3 +206,15 @@ def test_aot_inductor_is_refused_with_the_reason(tmp_path):
     with pytest.raises(Exception, match="mydev: Inductor's C\\+\\+ wrapper .* is not supported"):
         torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp_path / "m.pt2"))
     torch.testing.assert_close(model(x), exported.module()(x))  # the device still works
+
+
+def test_graph_on_second_device_allocates_and_runs_there():
+    def f(x, w):
+        return torch.relu(x @ w) * 2
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    assert torch.mydev.current_device() == 0
+    out = torch.compile(f)(x.to("mydev:1"), w.to("mydev:1"))
+    assert out.device == torch.device("mydev:1")
+    torch.testing.assert_close(out.cpu(), f(x, w))
+    assert torch.mydev.current_device() == 0

@@ -8,6 +8,7 @@
 // `void entry(const int64_t* args)` (my_device/inductor/kernels.py writes it),
 // so one launcher serves them all: pointers and integers travel as int64, a
 // floating-point scalar as the bits of a double.
+#include <torch/csrc/Dtype.h>
 #include <torch/extension.h>
 
 #include <mutex>
@@ -37,7 +38,9 @@ struct TensorSlot {
   at::Tensor tensor;
 };
 
-void launch(int64_t entry_address, const std::string& name, const pybind11::sequence& call_args) {
+// Called as launch(entry, name, *args): a kernel object is
+// functools.partial(launch, entry, name), so a call costs no Python frame.
+void launch(int64_t entry_address, const std::string& name, const pybind11::args& call_args) {
   namespace py = pybind11;
   const Entry entry = reinterpret_cast<Entry>(entry_address);
   const char* label = intern(name);
@@ -84,10 +87,22 @@ void launch(int64_t entry_address, const std::string& name, const pybind11::sequ
 } // namespace
 
 void init_bindings(pybind11::module& parent) {
+  namespace py = pybind11;
   auto m = parent.def_submodule("_inductor", "Launching Inductor-generated kernels on mydev streams.");
-  m.def("launch", &launch, pybind11::arg("entry"), pybind11::arg("name"), pybind11::arg("args"),
-        "Queues the compiled kernel at address `entry` on the current mydev stream with `args` "
-        "(mydev tensors, ints, floats).");
+  m.def("launch", &launch,
+        "launch(entry, name, *args): queues the compiled kernel at address `entry` on the current mydev "
+        "stream with `args` (mydev tensors, ints, floats).");
+  // The generated wrapper's allocations: Inductor's generic path
+  // (torch.empty_strided(..., device='mydev')) parses a device string per
+  // buffer and drops the device index.
+  m.def(
+      "empty_strided",
+      [](c10::IntArrayRef size, c10::IntArrayRef stride, py::object dtype, int64_t device) {
+        const auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+        return at::empty_strided(size, stride,
+                                 at::TensorOptions().dtype(scalar_type).device(kMyDev, static_cast<c10::DeviceIndex>(device)));
+      },
+      "empty_strided(size, stride, dtype, device_index): an uninitialised mydev buffer from the caching allocator.");
 }
 
 } // namespace my_device::inductor

@@ -11,6 +11,7 @@ Inductor's (CppCodeCache), so kernels are shared across processes.
 """
 
 import ctypes
+import functools
 
 from torch._inductor.async_compile import AsyncCompile
 from torch._inductor.codecache import CppCodeCache, LambdaFuture
@@ -47,18 +48,21 @@ extern "C" __attribute__((visibility("default"))) void {ENTRY}(const int64_t* ar
 """
 
 
-class MydevKernel:
-    """A compiled kernel; calling it queues it on the current mydev stream."""
+class MydevKernel(functools.partial):
+    """A compiled kernel; calling it queues it on the current mydev stream.
 
-    __slots__ = ("name", "entry", "_library")
+    A partial of the launcher (launch(entry, name, *args)), so a call goes
+    straight to C++."""
 
-    def __init__(self, name: str, library: ctypes.CDLL):
-        self.name = name
-        self._library = library  # keeps the shared object loaded
-        self.entry = ctypes.cast(getattr(library, ENTRY), ctypes.c_void_p).value
+    def __new__(cls, name: str, library: ctypes.CDLL):
+        entry = ctypes.cast(getattr(library, ENTRY), ctypes.c_void_p).value
+        self = super().__new__(cls, _C._inductor.launch, entry, name)
+        self.library = library  # keeps the shared object loaded
+        return self
 
-    def __call__(self, *args):
-        _C._inductor.launch(self.entry, self.name, args)
+    @property
+    def name(self) -> str:
+        return self.args[1]
 
 
 def cpp_kernel(async_compile: AsyncCompile, name: str, arg_types: list[str], source: str):

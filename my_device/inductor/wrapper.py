@@ -4,11 +4,13 @@ It is Inductor's own wrapper with three differences:
 - each C++ kernel is compiled with a stream entry point and queued on the
   current mydev stream when called (kernels.py), instead of a Python binding
   that would run it on the host thread;
-- buffers are allocated on mydev, by the caching allocator;
+- buffers are allocated on their mydev device (index included), by the caching
+  allocator;
 - extern kernels (mm, addmm, convolution, attention) are dispatched as Inductor
   already does; on mydev tensors they reach mydev's own kernels.
 """
 
+import torch
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 from torch._inductor.virtualized import V
 
@@ -30,6 +32,7 @@ class MydevPythonWrapperCodegen(PythonWrapperCodegen):
             """
                 import my_device
                 from my_device.inductor.kernels import cpp_kernel as mydev_cpp_kernel
+                empty_strided_mydev = my_device._C._inductor.empty_strided
             """,
             strip=True,
         )
@@ -40,6 +43,20 @@ class MydevPythonWrapperCodegen(PythonWrapperCodegen):
         if not gpu and kernel_body.startswith(_PYBINDING):
             kernel_body = f"mydev_cpp_kernel(async_compile, {kernel_name!r}, " + kernel_body[len(_PYBINDING):]
         super().define_kernel(kernel_name, kernel_body, metadata, gpu, cpp_definition)
+
+    def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
+        if device.type != "mydev" or torch._inductor.config.test_configs.track_memory_lifecycle:
+            return super().make_allocation(name, device, dtype, shape, stride, allocation_shape, is_pinned)
+        allocation_shape = shape if allocation_shape is None else allocation_shape
+        sizes = self.codegen_python_shape_tuple(allocation_shape)
+        strides = self.codegen_python_shape_tuple(stride)
+        # The device index is explicit: the generic path drops it, and Inductor
+        # emits no device guard for a device it does not know as a GPU.
+        index = device.index if device.index is not None else "torch.mydev.current_device()"
+        out = f"{name} = empty_strided_mydev({sizes}, {strides}, {dtype}, {index})"
+        if allocation_shape != shape:
+            out += f".as_strided({self.codegen_python_shape_tuple(shape)}, {strides})"
+        return out
 
     def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kwargs):
         device = device or V.graph.get_current_device_or_throw()
