@@ -68,10 +68,9 @@ def _map(x, fn):
 
 def _move(device, requires_grad=True, noncontiguous=False):
     def fn(t):
-        out = t.detach()
+        out = t.detach().to(device)
         if noncontiguous and out.layout == torch.strided and out.numel() > 1:
-            out = noncontiguous_like(out)
-        out = out.to(device)
+            out = noncontiguous_like(out)  # on the device: .to() would make it contiguous again
         if requires_grad and t.requires_grad:
             out.requires_grad_()
         return out

@@ -96,7 +96,7 @@ MODULE_ENTRIES = [
 CI_MODULES = (
     "nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.Embedding", "nn.GELU", "nn.MaxPool2d",
     "nn.CrossEntropyLoss", "nn.MSELoss", "nn.LSTM", "nn.GRU", "nn.RNN", "nn.LSTMCell", "nn.GRUCell",
-    "nn.MultiheadAttention", "nn.TransformerEncoderLayer",
+    "nn.MultiheadAttention", "nn.TransformerEncoderLayer", "nn.MultiLabelMarginLoss",
 )
 
 
