@@ -84,3 +84,19 @@ def test_jagged_nested_ops_like_cpu(name):
     out = run("mydev")
     assert out.device.type == "mydev"
     torch.testing.assert_close(out.cpu(), run("cpu"))
+
+
+def test_jagged_attention_is_a_known_gap():
+    # PyTorch's math path for jagged scaled_dot_product_attention converts to strided nested
+    # tensors (README: not supported on mydev). When this starts to pass on mydev, update the README.
+    g = torch.Generator().manual_seed(0)
+    items = [torch.randn(s, 2, 8, generator=g) for s in (5, 3)]
+
+    def attend(device):
+        nt = torch.nested.nested_tensor([t.to(device) for t in items], layout=torch.jagged).transpose(1, 2)
+        return torch.nn.functional.scaled_dot_product_attention(nt, nt, nt)
+
+    assert attend("cpu").is_nested
+    with pytest.raises(RuntimeError):
+        attend("mydev")
+    _device_still_works()
