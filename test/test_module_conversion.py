@@ -49,7 +49,7 @@ def test_tie_and_identity_kept(convert):
     assert convert(m) is m
     assert m[0].weight is w and m[2].weight is w
     assert w.device.type == "mydev" and isinstance(w, nn.Parameter) and w.requires_grad
-    assert [p for p in m.parameters()] == params and all(p.device.type == "mydev" for p in params)
+    assert all(p is q for p, q in zip(m.parameters(), params)) and all(p.device.type == "mydev" for p in params)
     # Back to the CPU, then a dtype change on mydev: still the same objects.
     m.to("cpu")
     assert m[0].weight is w and m[2].weight is w and w.device.type == "cpu"
@@ -202,3 +202,19 @@ def test_failed_conversion_leaves_module_and_device_usable():
         out = m(torch.ones(2, 6, device="mydev")).cpu()
         torch.testing.assert_close(out, m.cpu()(torch.ones(2, 6)))
     assert m[0].weight is w
+
+
+def test_bert_decoder_weight_and_bias_stay_tied():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=16)
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(config)
+    head = model.cls.predictions
+    tied = (head.decoder.weight, model.bert.embeddings.word_embeddings.weight), (head.decoder.bias, head.bias)
+    assert all(a is b for a, b in tied)
+    params = list(model.parameters())
+    model.to("mydev")
+    assert head.decoder.weight is tied[0][0] and model.bert.embeddings.word_embeddings.weight is tied[0][0]
+    assert head.decoder.bias is tied[1][0] and head.bias is tied[1][0]
+    assert all(p is q for p, q in zip(model.parameters(), params)) and head.bias.device.type == "mydev"
