@@ -46,6 +46,10 @@ from . import _exit  # noqa: E402
 
 _exit.install()
 
+from . import _module_conversion  # noqa: E402
+
+_module_conversion.install()
+
 # After _register(): swiglu's mydev kernel is registered under the device's name.
 from . import ops  # noqa: E402
 

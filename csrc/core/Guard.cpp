@@ -77,6 +77,26 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return device_count();
   }
 
+  // torch.accelerator.get_device_capability: the dtypes a mydev tensor can be
+  // allocated in and converted between (every kernel is a CPU kernel, so the
+  // device runs what the CPU runs). Left out: the quantized types (quantized
+  // tensors are not supported on mydev: quantize_per_tensor says so), and the
+  // bit-packed and sub-byte placeholder types, which have no conversions on
+  // any device. test_device_capability.py allocates and converts each one.
+  c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
+    check_device_index(device.has_index() ? device.index() : current_device());
+    c10::DeviceCapability cap;
+    cap.capability_data.capability_bits = 0;
+    for (const c10::ScalarType t :
+         {c10::kByte, c10::kChar, c10::kShort, c10::kInt, c10::kLong, c10::kUInt16, c10::kUInt32, c10::kUInt64,
+          c10::kBool, c10::kHalf, c10::kBFloat16, c10::kFloat, c10::kDouble, c10::kComplexHalf,
+          c10::kComplexFloat, c10::kComplexDouble, c10::kFloat8_e5m2, c10::kFloat8_e4m3fn,
+          c10::kFloat8_e5m2fnuz, c10::kFloat8_e4m3fnuz, c10::kFloat8_e8m0fnu}) {
+      cap.capability_data.capability_bits |= 1ULL << static_cast<int>(t);
+    }
+    return cap;
+  }
+
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
     TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),

@@ -345,6 +345,14 @@ bool fix_specs(const c10::FunctionSchema& schema, const std::vector<c10::IValue>
     }
     return true;
   }
+  if (schema.name() == "aten::multilabel_margin_loss_forward") {
+    // With reduction='none', the CPU gives a 1-d input a 0-d loss, the Meta kernel a [1] one.
+    if (args[0].toTensor().dim() <= 1) {
+      specs[0].sizes.clear();
+      specs[0].strides.clear();
+    }
+    return true;
+  }
   if (schema.name() == "aten::native_layer_norm") {
     for (size_t k = 1; k <= 2; ++k) specs[k].dtype = args[0].toTensor().scalar_type();
     return true;

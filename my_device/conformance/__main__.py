@@ -10,6 +10,8 @@ and report.md to --out. Examples:
     python -m my_device.conformance --dtypes float32 --out /tmp/c
     python -m my_device.conformance --ops add,nn.functional.relu --baseline docs/conformance.json
     python -m my_device.conformance --module path/to/vendor_test.py
+    python -m my_device.conformance --suite modules --out /tmp/m    # the ModuleInfo suite (module_db)
+    python -m my_device.conformance --suite modules --modules nn.LSTM,nn.GRU
 """
 import argparse
 import datetime
@@ -24,21 +26,28 @@ import time
 from . import manifest, report, selection
 from .plugin import RESULTS_VAR
 
-DEFAULT_MODULE = pathlib.Path(__file__).resolve().parents[2] / "test" / "test_conformance.py"
+_TESTS = pathlib.Path(__file__).resolve().parents[2] / "test"
+DEFAULT_MODULE = {"ops": _TESTS / "test_conformance.py", "modules": _TESTS / "test_modules.py"}
 
 
 def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m my_device.conformance", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", choices=("ops", "modules"), default="ops",
+                   help="ops: OpInfos (op_db); modules: ModuleInfos (module_db) (default: %(default)s)")
     p.add_argument("--ops", help="comma-separated OpInfo names or full names (default: all of op_db)")
+    p.add_argument("--modules", help="--suite modules: comma-separated module names, e.g. nn.LSTM (default: all)")
     p.add_argument("--dtypes", help="comma-separated dtypes, e.g. float32,int64 (default: all the CPU supports)")
     p.add_argument("--tests", help="comma-separated test names, e.g. test_forward,test_backward (default: all)")
-    p.add_argument("--module", default=str(DEFAULT_MODULE), help="the pytest module to run (default: %(default)s)")
+    p.add_argument("--module", help="the pytest module to run (default: test/test_conformance.py, or "
+                   "test/test_modules.py for --suite modules)")
     p.add_argument("--out", default="conformance-report", help="directory for report.json and report.md")
     p.add_argument("--baseline", help="an earlier report.json: list regressions and improvements against it")
-    p.add_argument("--batch-size", type=int, default=25, help="OpInfos per process (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=25, help="OpInfos or modules per process (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a batch counts as hung")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.module = args.module or str(DEFAULT_MODULE[args.suite])
+    return args
 
 
 def _select_ops(spec):
@@ -55,9 +64,23 @@ def _select_ops(spec):
     return chosen
 
 
+def _select_modules(spec):
+    from torch.testing._internal.common_modules import module_db
+
+    names = [m.name for m in module_db]
+    if not spec:
+        return names
+    wanted = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [w for w in wanted if w not in names]
+    if unknown:
+        sys.exit(f"no ModuleInfo named {unknown}")
+    return [n for n in names if n in wanted]
+
+
 def _run_batch(args, ops, results_path):
     env = dict(os.environ)
-    env.update({selection.MODE_VAR: "full", selection.OPS_VAR: ",".join(ops), RESULTS_VAR: results_path,
+    names_var = selection.MODULES_VAR if args.suite == "modules" else selection.OPS_VAR
+    env.update({selection.MODE_VAR: "full", names_var: ",".join(ops), RESULTS_VAR: results_path,
                 "MYDEV_FALLBACK": "silent", "PYTORCH_PRINT_REPRO_ON_FAILURE": "0"})
     if args.dtypes:
         env[selection.DTYPES_VAR] = args.dtypes
@@ -82,7 +105,8 @@ def _read(path):
 
 def main(argv=None):
     args = _parse(argv)
-    ops = _select_ops(args.ops)
+    ops = _select_modules(args.modules) if args.suite == "modules" else _select_ops(args.ops)
+    unit = "modules" if args.suite == "modules" else "OpInfos"
     batches = [ops[i:i + args.batch_size] for i in range(0, len(ops), args.batch_size)]
     os.makedirs(args.out, exist_ok=True)
     results, crashed = [], []
@@ -108,7 +132,7 @@ def main(argv=None):
             elapsed = time.monotonic() - start
             eta = elapsed / n * (len(batches) - n)
             fails = sum(r["outcome"] in ("fail", "crash", "xpass") for r in results)
-            print(f"[{n}/{len(batches)}] {sum(len(b) for b in batches[:n])}/{len(ops)} OpInfos, "
+            print(f"[{n}/{len(batches)}] {sum(len(b) for b in batches[:n])}/{len(ops)} {unit}, "
                   f"{len(results)} tests, {fails} failing, {elapsed / 60:.1f} min elapsed, "
                   f"ETA {eta / 60:.1f} min", flush=True)
     import torch
@@ -116,12 +140,14 @@ def main(argv=None):
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "torch": torch.__version__, "command": "python -m my_device.conformance " + " ".join(argv or sys.argv[1:]),
             "module": os.path.relpath(args.module) if args.module.startswith(os.getcwd()) else args.module,
-            "opinfos": len(ops), "dtypes": args.dtypes or "all the CPU supports", "tests": args.tests or "all",
+            unit.lower(): len(ops), "dtypes": args.dtypes or ("float32, float64" if args.suite == "modules" else
+                                                              "all the CPU supports"),
+            "tests": args.tests or "all",
             "minutes": round((time.monotonic() - start) / 60, 1), "crashed": crashed}
     figs, regressions, improvements = report.write(
         os.path.join(args.out, "report.json"), os.path.join(args.out, "report.md"), meta, results,
-        args.baseline, lambda op, test, dtype: manifest.lookup(
-            op, test, selection.dtype_from_name(dtype) if dtype else None))
+        args.baseline, lambda op, test, dtype: (manifest.module_lookup if args.suite == "modules" else manifest.lookup)(
+            op, test, selection.dtype_from_name(dtype) if dtype else None), suite=args.suite)
     for name, f in figs.items():
         if isinstance(f, dict) and "passing" in f:
             print(f"{name}: {f['passing']}/{f['total']} ({f['percent']}%)")

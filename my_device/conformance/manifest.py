@@ -84,6 +84,21 @@ CI_OPS = (
 )
 CI_DTYPES = (torch.float32, torch.int64)
 
+# --- the ModuleInfo suite (test/test_modules.py) ------------------------------
+MODULE_TEST_CLASS = "TestModuleConformance"
+MODULE_DTYPES = (torch.float32, torch.float64)
+# Expected failures and skips of the ModuleInfo suite: Entry(module name, ...),
+# tests named without the mode/device/dtype suffix ("test_forward").
+MODULE_ENTRIES = [
+]
+# The CI subset of the ModuleInfo suite, in float32 and float64 (well under a
+# minute on 2 cores): layers of a training step, the fused-cell recurrent ones,
+# two losses (the full sweep covers attention, transformers and the rest).
+CI_MODULES = (
+    "nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.Embedding", "nn.GELU", "nn.MaxPool2d",
+    "nn.MSELoss", "nn.MultiLabelMarginLoss", "nn.LSTM", "nn.GRU", "nn.LSTMCell", "nn.GRUCell",
+)
+
 
 def _decorator(entry):
     if entry.kind == XFAIL:
@@ -111,5 +126,38 @@ def lookup(op, test, dtype):
     """The entry that applies to one test (dtype as a torch.dtype), or None."""
     for e in ENTRIES:
         if e.op == op and (not e.tests or test in e.tests) and (not e.dtypes or dtype in e.dtypes):
+            return e
+    return None
+
+
+def with_module_entries(module_infos):
+    """Copies of the ModuleInfos with MODULE_ENTRIES applied as their own DecorateInfos (restricted to mydev)."""
+    import copy
+
+    from torch.testing._internal.opinfo.core import DecorateInfo
+
+    out = []
+    for m in module_infos:
+        extra = []
+        for e in MODULE_ENTRIES:
+            if not e.reason.strip():
+                raise ValueError(f"module manifest entry for {e.op} has no reason")
+            if e.op != m.name:
+                continue
+            for test in e.tests or (None,):
+                extra.append(DecorateInfo(_decorator(e), MODULE_TEST_CLASS, test, dtypes=e.dtypes or None,
+                                          device_type=torch._C._get_privateuse1_backend_name()))
+        if extra:
+            m = copy.copy(m)
+            m.decorators = (*m.decorators, *extra)
+        out.append(m)
+    return out
+
+
+def module_lookup(module, test, dtype):
+    """The MODULE_ENTRIES entry that applies to one test of the ModuleInfo suite, or None."""
+    test = test.removesuffix("_train_mode").removesuffix("_eval_mode")
+    for e in MODULE_ENTRIES:
+        if e.op == module and (not e.tests or test in e.tests) and (not e.dtypes or dtype in e.dtypes):
             return e
     return None

@@ -19,22 +19,33 @@ _SUFFIX = re.compile(r"_(?:mydev|privateuse1)(?:_(?P<dtype>[a-z0-9]+))?$")
 _formatted = None  # OpInfo formatted_name -> full_name, longest first
 
 
+_MODES = ("_train_mode", "_eval_mode")  # the ModuleInfo suite's train/eval variants
+
+
 def parse_test_name(name):
-    """("test_forward", "nn.functional.relu", "float32") from an instantiated test's name."""
+    """("test_forward", "nn.functional.relu", "float32") from an instantiated test's name.
+
+    Tests of the ModuleInfo suite give ("test_forward_train_mode", "nn.BatchNorm2d", "float32"):
+    the module's name stands where the OpInfo's would, and its train/eval variant stays in the test."""
     global _formatted
     if _formatted is None:
         from torch.testing._internal.common_methods_invocations import op_db
+        from torch.testing._internal.common_modules import module_db
 
-        _formatted = sorted(((op.formatted_name, op.full_name) for op in op_db), key=lambda p: -len(p[0]))
+        names = [(op.formatted_name, op.full_name) for op in op_db]
+        names += [(m.formatted_name, m.name) for m in module_db]
+        _formatted = sorted(names, key=lambda p: -len(p[0]))
     name = name.split("[")[0]
     m = _SUFFIX.search(name)
     if not m:
         return name, None, None
     rest, dtype = name[:m.start()], m.group("dtype")
+    mode = next((s for s in _MODES if rest.endswith(s)), "")
+    rest = rest[:len(rest) - len(mode)]
     for formatted, full in _formatted:
         if rest.endswith("_" + formatted) and rest.startswith("test"):
-            return rest[:-len(formatted) - 1], full, dtype
-    return rest, None, dtype
+            return rest[:-len(formatted) - 1] + mode, full, dtype
+    return rest + mode, None, dtype
 
 
 def _message(report):

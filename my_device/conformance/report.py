@@ -15,8 +15,13 @@ NOTHING_TO_CHECK = ("the CPU rejects every sample", "no sample", "the CPU accept
                     "Only runs on cuda", "Triton DSL not available")
 
 
+# The ModuleInfo suite's tests with nothing to compare.
+MODULE_NOTHING_TO_CHECK = NOTHING_TO_CHECK + ("no sample with a differentiable output",)
+
+
 def _neutral(r):
-    return r["outcome"] == "skip" and any(r["message"].startswith(m) for m in NOTHING_TO_CHECK)
+    reasons = MODULE_NOTHING_TO_CHECK if r.get("suite") == "modules" else NOTHING_TO_CHECK
+    return r["outcome"] == "skip" and any(r["message"].startswith(m) for m in reasons)
 
 
 def _pct(n, d):
@@ -60,6 +65,38 @@ def figures(results):
     }
 
 
+def module_figures(results):
+    """The ModuleInfo suite's numbers: the share of modules passing every test the CPU can check,
+    per dtype and over both."""
+    by = collections.defaultdict(list)
+    for r in results:
+        if r["op"] is not None and not _neutral(r):
+            by[(r["op"], r["dtype"])].append(r["outcome"])
+
+    def share(dtype=None):
+        modules = collections.defaultdict(list)
+        for (module, dt), outcomes in by.items():
+            if dtype is None or dt in (dtype, None):
+                modules[module].extend(outcomes)
+        ok = sum(all(o in PASSING for o in v) for v in modules.values())
+        return {"passing": ok, "total": len(modules), "percent": _pct(ok, len(modules))}
+
+    fallback_ops = collections.Counter()
+    for r in results:
+        for name, calls in r.get("fallbacks", {}).items():
+            fallback_ops[name] += calls
+    outcomes = collections.Counter(r["outcome"] for r in results)
+    return {
+        "modules_passing_every_test_float32": share("float32"),
+        "modules_passing_every_test_float64": share("float64"),
+        "modules_passing_every_test_all_dtypes": share(),
+        "all_tests_module_test_dtype": {"passing": outcomes["pass"], "total": sum(outcomes.values()),
+                                        "percent": _pct(outcomes["pass"], sum(outcomes.values()))},
+        "outcomes": dict(outcomes),
+        "fallback_ops": dict(fallback_ops),
+    }
+
+
 def compare(results, baseline):
     """(regressions, improvements): (test, op, dtype, old, new) that left or reached 'pass'.
 
@@ -80,8 +117,9 @@ def compare(results, baseline):
 _MARK = {"pass": "✓", "fail": "✗", "xfail": "xf", "xpass": "XP", "skip": "s", "crash": "💥"}
 
 
-def markdown(meta, results, figs, regressions=None, improvements=None, manifest_lookup=None):
-    lines = [f"# mydev OpInfo conformance", ""]
+def markdown(meta, results, figs, regressions=None, improvements=None, manifest_lookup=None, suite="ops"):
+    what = "module" if suite == "modules" else "op"
+    lines = [f"# mydev {'ModuleInfo' if suite == 'modules' else 'OpInfo'} conformance", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items()]
     lines += ["", "## Figures", "", "| measure | passing | total | % |", "|---|---:|---:|---:|"]
     for name, f in figs.items():
@@ -121,15 +159,15 @@ def markdown(meta, results, figs, regressions=None, improvements=None, manifest_
         bad = [t.removeprefix("test_") for t, r in rs.items() if r["outcome"] == worst and worst != "pass"]
         return _MARK[worst] + (f" {','.join(sorted(bad))}" if bad else "")
 
-    lines += ["", "## Op x dtype", "",
+    lines += ["", f"## {what.capitalize()} x dtype", "",
               f"Each cell is the worst outcome over the tests ({', '.join(t.removeprefix('test_') for t in tests)}) "
               f"and names the tests that had it. {', '.join(f'{v} {k}' for k, v in _MARK.items())}; "
               "empty: not run (CPU lacks the dtype, or outside the selection).", "",
-              "| op | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
+              f"| {what} | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
     for op in sorted({r["op"] for r in results if r["op"]}):
         lines.append(f"| {op} | " + " | ".join(cell(op, d) for d in dtypes) + " |")
     lines += ["", "## Everything that did not pass, with its reason", "",
-              "| op | dtype | test | outcome | reason |", "|---|---|---|---|---|"]
+              f"| {what} | dtype | test | outcome | reason |", "|---|---|---|---|---|"]
     for r in sorted(problems, key=lambda r: (r["op"], r["dtype"] or "", r["test"])):
         reason = r["message"].split("\n")[0]
         if manifest_lookup and r["outcome"] in ("xfail", "skip", "xpass"):
@@ -140,8 +178,11 @@ def markdown(meta, results, figs, regressions=None, improvements=None, manifest_
     return "\n".join(lines) + "\n"
 
 
-def write(path_json, path_md, meta, results, baseline_path=None, manifest_lookup=None):
-    figs = figures(results)
+def write(path_json, path_md, meta, results, baseline_path=None, manifest_lookup=None, suite="ops"):
+    if suite == "modules":
+        for r in results:
+            r["suite"] = "modules"
+    figs = module_figures(results) if suite == "modules" else figures(results)
     regressions = improvements = None
     if baseline_path:
         with open(baseline_path) as f:
@@ -153,5 +194,5 @@ def write(path_json, path_md, meta, results, baseline_path=None, manifest_lookup
                           for r in sorted(results, key=lambda r: (r["op"] or "", r["test"], r["dtype"] or "")))
         f.write(head[:-2] + ',\n "results": [\n' + rows + "\n]}\n")
     with open(path_md, "w") as f:
-        f.write(markdown(meta, results, figs, regressions, improvements, manifest_lookup))
+        f.write(markdown(meta, results, figs, regressions, improvements, manifest_lookup, suite))
     return figs, regressions, improvements

@@ -13,6 +13,8 @@ import torch
 from . import manifest
 
 MODE_VAR, OPS_VAR, DTYPES_VAR = "MYDEV_CONFORMANCE", "MYDEV_CONFORMANCE_OPS", "MYDEV_CONFORMANCE_DTYPES"
+# The ModuleInfo suite (test/test_modules.py): module names ("nn.Linear") to run.
+MODULES_VAR = "MYDEV_CONFORMANCE_MODULES"
 
 
 def dtype_from_name(name):
@@ -59,3 +61,24 @@ def dtypes():
     if requested is not None:
         return tuple(dtype_from_name(n) for n in requested)
     return manifest.CI_DTYPES if mode() == "ci" else None
+
+
+def selected_modules(module_db):
+    """The ModuleInfos to run: manifest.CI_MODULES by default, all of module_db in full mode,
+    narrowed by MYDEV_CONFORMANCE_MODULES."""
+    chosen = list(module_db) if mode() == "full" else [m for m in module_db if m.name in manifest.CI_MODULES]
+    requested = _csv(MODULES_VAR)
+    if requested is not None:
+        unknown = sorted(set(requested) - {m.name for m in module_db})
+        if unknown:
+            raise ValueError(f"{MODULES_VAR}: no ModuleInfo named {unknown}")
+        chosen = [m for m in chosen if m.name in requested]
+    return chosen
+
+
+def module_dtypes():
+    """The dtypes of the ModuleInfo suite: float32 and float64 (MYDEV_CONFORMANCE_DTYPES narrows)."""
+    requested = _csv(DTYPES_VAR)
+    if requested is not None:
+        return tuple(dtype_from_name(n) for n in requested)
+    return manifest.MODULE_DTYPES
