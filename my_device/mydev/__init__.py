@@ -170,3 +170,4 @@ def get_amp_supported_dtype():
 from .memory import *  # noqa: E402,F401,F403
 from .random import *  # noqa: E402,F401,F403
 from .streams import *  # noqa: E402,F401,F403
+from . import amp  # noqa: E402,F401  (torch.mydev.amp, as torch.cuda.amp)
