@@ -21,6 +21,7 @@ cuDNN/cuBLAS settings, custom CUDA or Triton kernels), legacy `torch.cuda.FloatT
 device strings passed to functions outside the list above.
 """
 import functools
+import inspect
 import re
 import sys
 
@@ -125,6 +126,15 @@ def _index(device):
     return torch.device(device).index if not isinstance(device, torch.device) else device.index
 
 
+def _device_context():
+    class device(torch.mydev.device):
+        def __init__(self, device):
+            super().__init__(_device(device))
+
+    device.__doc__ = torch.mydev.device.__doc__
+    return device
+
+
 def _patch_torch_cuda():
     import torch.cuda.amp
 
@@ -133,6 +143,11 @@ def _patch_torch_cuda():
         target = getattr(mydev, name, None)
         if target is None or name == "amp" or isinstance(target, type(sys)):
             continue
+        if inspect.isfunction(target):
+            # so that torch.cuda.synchronize("cuda:1"), memory_allocated(torch.device("cuda", 1)) work
+            target = _redirect_devices(target, f"torch.cuda.{name}")
+        elif target is mydev.device:
+            target = _device_context()
         setattr(torch.cuda, name, target)
         _redirected[f"torch.cuda.{name}"] = f"torch.mydev.{name}"
     torch.cuda.is_bf16_supported = lambda including_emulation=True: torch.bfloat16 in mydev.get_amp_supported_dtype()

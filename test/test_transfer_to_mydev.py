@@ -126,6 +126,11 @@ torch.cuda.set_device(1)
 facts["current_device"] = torch.cuda.current_device()
 facts["default_device_after_set"] = str(torch.empty(1, device="cuda").device)
 torch.cuda.set_device(0)
+with torch.cuda.device("cuda:1"):
+    facts["device_context"] = torch.cuda.current_device()
+kept = torch.empty(1024, device="cuda:1")
+facts["memory_by_name"] = torch.cuda.memory_allocated("cuda:1") == torch.mydev.memory_allocated(1) > 0
+torch.cuda.synchronize(torch.device("cuda", 1))
 s = torch.cuda.Stream()
 with torch.cuda.stream(s):
     facts["stream"] = torch.cuda.current_stream() == s and isinstance(s, torch.mydev.Stream)
@@ -164,7 +169,7 @@ def test_each_redirection(python_subprocess):
     assert f["is_cuda_cpu"] is False
     for key in ["pinned", "generator_isinstance", "rng", "stream", "props", "bf16", "loader_pinned"]:
         assert f[key] is True, key
-    assert f["current_device"] == 1
+    assert f["current_device"] == 1 and f["device_context"] == 1 and f["memory_by_name"] is True
     assert f["autocast"] == "torch.float16" and f["amp_autocast"] == "torch.bfloat16"
     assert f["scaler"] == "mydev,mydev,mydev"
     assert "torch.cuda.synchronize" in f["redirections"] and "torch.cuda.memory_allocated" in f["redirections"]
