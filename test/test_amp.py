@@ -492,3 +492,29 @@ def test_fp16_training_with_grad_scaler_matches_float32():
         assert pd.dtype == torch.float32
         torch.testing.assert_close(pd, pc)
         torch.testing.assert_close(pd, pr.detach(), atol=5e-3, rtol=5e-3)
+
+
+def test_autocast_inside_torch_compile_matches_eager():
+    # Dynamo records the autocast region and aot_autograd traces through the AutocastPrivateUse1 kernels,
+    # so the compiled graph runs the casts eager autocast does.
+    model = _mlp().to("mydev")
+    x = _data(1)[0][0].to("mydev")
+
+    def step(x):
+        with torch.autocast("mydev", dtype=torch.bfloat16):
+            out = model(x)
+        return out.float().square().mean()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="mydev")
+    results = []
+    for fn in (step, compiled):
+        model.zero_grad()
+        loss = fn(x)
+        loss.backward()
+        results.append((loss.detach().cpu(), [p.grad.cpu() for p in model.parameters()]))
+    (eager_loss, eager_grads), (compiled_loss, compiled_grads) = results
+    torch.testing.assert_close(compiled_loss, eager_loss)
+    for c, e in zip(compiled_grads, eager_grads):
+        torch.testing.assert_close(c, e)
+    torch._dynamo.reset()
