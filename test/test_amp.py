@@ -518,3 +518,32 @@ def test_autocast_inside_torch_compile_matches_eager():
     for c, e in zip(compiled_grads, eager_grads):
         torch.testing.assert_close(c, e)
     torch._dynamo.reset()
+
+
+def test_grad_scaler_with_a_model_on_two_devices():
+    # One found_inf per device; update() gathers them on the scale's device. An inf on mydev:1 alone
+    # skips the step for both devices' parameters.
+    torch.manual_seed(0)
+    first, second = nn.Linear(4, 8), nn.Linear(8, 2)
+    x = _x(3, 4)
+    runs = {}
+    for devices in (("cpu", "cpu"), ("mydev:0", "mydev:1")):
+        a, b = copy.deepcopy(first).to(devices[0]), copy.deepcopy(second).to(devices[1])
+        opt = torch.optim.SGD([*a.parameters(), *b.parameters()], lr=0.1)
+        scaler = torch.amp.GradScaler(torch.device(devices[0]).type, init_scale=1024.0)
+        scales = []
+        for i in range(3):
+            with torch.autocast(torch.device(devices[0]).type, dtype=torch.float16):
+                out = b(a(x.to(devices[0])).to(devices[1]))
+            loss = out.float().square().mean()
+            if i == 1:  # only the second layer's weight gradient overflows
+                loss = loss + b.weight.float().sum() * float("inf")
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+        runs[devices[0]] = (scales, [p.detach().cpu() for p in [*a.parameters(), *b.parameters()]])
+    assert runs["mydev:0"][0] == runs["cpu"][0] == [1024.0, 512.0, 512.0]
+    for d, c in zip(runs["mydev:0"][1], runs["cpu"][1]):
+        torch.testing.assert_close(d, c)
