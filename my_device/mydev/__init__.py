@@ -170,6 +170,7 @@ def get_amp_supported_dtype():
 from .memory import *  # noqa: E402,F401,F403
 from .random import *  # noqa: E402,F401,F403
 from .streams import *  # noqa: E402,F401,F403
+from . import amp  # noqa: E402,F401  (torch.mydev.amp, as torch.cuda.amp)
 
 
 # Inductor asks the privateuse1 device module for its code generators the first

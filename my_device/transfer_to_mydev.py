@@ -1,0 +1,254 @@
+"""Run code written for CUDA on mydev, unchanged: `import my_device.transfer_to_mydev` first.
+
+Importing this module patches torch for the rest of the process (there is no undo), so that:
+
+- device arguments naming CUDA ("cuda", "cuda:1", torch.device("cuda", 1)) name mydev instead, in the
+  tensor factories (`torch.zeros(..., device="cuda")`, `torch.tensor`, `*_like`, `arange`, ...),
+  `Tensor.to`, `Tensor.new_*`, `Tensor.pin_memory`, `Module.to`, `torch.Generator(device=...)`,
+  `torch.load(map_location=...)` (and checkpoints saved from CUDA load onto mydev when no map_location
+  is given), `DataLoader(pin_memory_device=...)`, `torch.autocast`/`torch.amp.autocast`,
+  `torch.amp.GradScaler` and `torch.amp.custom_fwd/custom_bwd`;
+- `Tensor.cuda()` / `Module.cuda()` move to mydev, and `Tensor.is_cuda` is true for mydev tensors;
+- `torch.cuda.<name>` is `torch.mydev.<name>` for every name both modules have (devices, streams,
+  events, memory statistics, random state, synchronisation...), `torch.cuda.amp` is `torch.mydev.amp`,
+  and `torch.cuda.is_bf16_supported()` answers for mydev.
+
+`redirections()` lists what was redirected and `not_redirected()` the torch.cuda names left alone (they
+behave as on a machine without CUDA). What cannot be redirected is listed in the README: a
+`torch.device("cuda")` object itself stays a CUDA device (so `t.device == torch.device("cuda")` and
+`t.device.type == "cuda"` are false for mydev tensors), CUDA-only APIs (graphs, NCCL, NVTX, jiterator,
+cuDNN/cuBLAS settings, custom CUDA or Triton kernels), legacy `torch.cuda.FloatTensor` types, and
+device strings passed to functions outside the list above.
+"""
+import functools
+import inspect
+import re
+import sys
+
+import torch
+import torch.utils.data
+
+import my_device  # noqa: F401  (registers mydev and torch.mydev)
+
+__all__ = ["not_redirected", "redirections"]
+
+_CUDA = re.compile(r"^cuda(:\d+)?$")
+_redirected: dict = {}
+
+
+def _device(value):
+    """`value` with CUDA swapped for mydev, when it names a CUDA device; otherwise `value` itself."""
+    if isinstance(value, str) and _CUDA.match(value):
+        return "mydev" + value[4:]
+    if isinstance(value, torch.device) and value.type == "cuda":
+        return torch.device("mydev", value.index)
+    return value
+
+
+def _redirect_devices(fn, name):
+    """Wraps `fn` so that positional and `device=` arguments naming CUDA name mydev."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        args = tuple(_device(a) for a in args)
+        if "device" in kwargs:
+            kwargs["device"] = _device(kwargs["device"])
+        return fn(*args, **kwargs)
+
+    _redirected[name] = "device arguments 'cuda[:N]' -> 'mydev[:N]'"
+    return wrapper
+
+
+_FACTORIES = [
+    "tensor", "as_tensor", "asarray", "scalar_tensor", "empty", "empty_strided", "empty_like", "zeros", "zeros_like",
+    "ones", "ones_like", "full", "full_like", "rand", "rand_like", "randn", "randn_like", "randint", "randint_like",
+    "randperm", "arange", "range", "linspace", "logspace", "eye", "tril_indices", "triu_indices", "normal",
+    "sparse_coo_tensor", "sparse_csr_tensor", "from_file", "frombuffer", "complex", "polar", "bartlett_window",
+    "blackman_window", "hamming_window", "hann_window", "kaiser_window",
+]
+_TENSOR_METHODS = ["to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "new_empty_strided",
+                   "pin_memory", "is_pinned"]
+
+
+def _patch_device_arguments():
+    for name in _FACTORIES:
+        if hasattr(torch, name):
+            setattr(torch, name, _redirect_devices(getattr(torch, name), f"torch.{name}"))
+    for name in _TENSOR_METHODS:
+        setattr(torch.Tensor, name, _redirect_devices(getattr(torch.Tensor, name), f"torch.Tensor.{name}"))
+    torch.nn.Module.to = _redirect_devices(torch.nn.Module.to, "torch.nn.Module.to")
+
+    # torch.Generator is a C type and generators made by torch (torch.default_generator, the devices'
+    # default ones) are instances of it: the replacement builds a real torch.Generator, and answers
+    # isinstance()/issubclass() for it, so both kinds pass type checks.
+    real = torch.Generator
+
+    class _GeneratorType(type(real)):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, real)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, real)
+
+    class Generator(real, metaclass=_GeneratorType):
+        def __new__(cls, device="cpu"):
+            return real(_device(device))
+
+    Generator.__doc__ = real.__doc__
+    torch.Generator = Generator
+    _redirected["torch.Generator"] = "device argument 'cuda[:N]' -> 'mydev[:N]'"
+
+
+def _patch_cuda_methods():
+    def tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+        return self.to(torch.device("mydev", _index(device)), non_blocking=non_blocking, memory_format=memory_format)
+
+    def module_cuda(self, device=None):
+        return self.to(torch.device("mydev", _index(device)))
+
+    def is_cuda(self):
+        return self.device.type in ("cuda", "mydev")
+
+    torch.Tensor.cuda = tensor_cuda
+    torch.nn.Module.cuda = module_cuda
+    torch.Tensor.is_cuda = property(is_cuda)
+    _redirected["torch.Tensor.cuda"] = "moves to mydev"
+    _redirected["torch.nn.Module.cuda"] = "moves to mydev"
+    _redirected["torch.Tensor.is_cuda"] = "true for mydev tensors"
+
+
+def _index(device):
+    if device is None:
+        return torch.mydev.current_device()
+    if isinstance(device, int):
+        return device
+    device = _device(device)
+    return torch.device(device).index if not isinstance(device, torch.device) else device.index
+
+
+def _device_context():
+    class device(torch.mydev.device):
+        def __init__(self, device):
+            super().__init__(_device(device))
+
+    device.__doc__ = torch.mydev.device.__doc__
+    return device
+
+
+def _patch_torch_cuda():
+    import torch.cuda.amp
+
+    mydev = torch.mydev
+    for name in torch.cuda.__all__:
+        target = getattr(mydev, name, None)
+        if target is None or name == "amp" or isinstance(target, type(sys)):
+            continue
+        if inspect.isfunction(target):
+            # so that torch.cuda.synchronize("cuda:1"), memory_allocated(torch.device("cuda", 1)) work
+            target = _redirect_devices(target, f"torch.cuda.{name}")
+        elif target is mydev.device:
+            target = _device_context()
+        setattr(torch.cuda, name, target)
+        _redirected[f"torch.cuda.{name}"] = f"torch.mydev.{name}"
+    torch.cuda.is_bf16_supported = lambda including_emulation=True: torch.bfloat16 in mydev.get_amp_supported_dtype()
+    _redirected["torch.cuda.is_bf16_supported"] = "true: mydev supports bfloat16"
+    # The module object stays the one `from torch.cuda.amp import X` finds in sys.modules.
+    for name in torch.mydev.amp.__all__:
+        setattr(torch.cuda.amp, name, getattr(torch.mydev.amp, name))
+        _redirected[f"torch.cuda.amp.{name}"] = f"torch.mydev.amp.{name}"
+
+
+def _patch_amp():
+    autocast = torch.amp.autocast_mode.autocast
+    original_init = autocast.__init__
+
+    @functools.wraps(original_init)
+    def autocast_init(self, device_type, *args, **kwargs):
+        original_init(self, "mydev" if device_type == "cuda" else device_type, *args, **kwargs)
+
+    autocast.__init__ = autocast_init
+    _redirected["torch.autocast"] = "device_type 'cuda' -> 'mydev'"
+
+    scaler = torch.amp.GradScaler
+    original_scaler_init = scaler.__init__
+
+    @functools.wraps(original_scaler_init)
+    def scaler_init(self, device="cuda", *args, **kwargs):
+        original_scaler_init(self, "mydev" if device == "cuda" else device, *args, **kwargs)
+
+    scaler.__init__ = scaler_init
+    _redirected["torch.amp.GradScaler"] = "device 'cuda' (its default) -> 'mydev'"
+
+    for name in ("custom_fwd", "custom_bwd"):
+        original = getattr(torch.amp, name)
+
+        def wrapper(*args, _original=original, **kwargs):
+            if kwargs.get("device_type") == "cuda":
+                kwargs["device_type"] = "mydev"
+            return _original(*args, **kwargs)
+
+        functools.update_wrapper(wrapper, original)
+        setattr(torch.amp, name, wrapper)
+        _redirected[f"torch.amp.{name}"] = "device_type 'cuda' -> 'mydev'"
+
+
+def _restore_location(storage, location):
+    # Tensors saved on CUDA carry location tags "cuda" / "cuda:N".
+    return torch.serialization.default_restore_location(storage, _device(location))
+
+
+def _map_location(map_location):
+    if map_location is None:
+        return _restore_location
+    if isinstance(map_location, dict):
+        return {key: _device(value) for key, value in map_location.items()}
+    return _device(map_location)
+
+
+def _patch_load():
+    original = torch.load
+
+    @functools.wraps(original)
+    def load(f, map_location=None, *args, **kwargs):
+        return original(f, _map_location(map_location), *args, **kwargs)
+
+    torch.load = load
+    _redirected["torch.load"] = ("map_location 'cuda[:N]', torch.device('cuda') and dict values -> mydev; "
+                                 "without map_location, tensors saved on CUDA load onto mydev")
+
+
+def _patch_data_loader():
+    loader = torch.utils.data.DataLoader
+    original_init = loader.__init__
+
+    @functools.wraps(original_init)
+    def init(self, *args, **kwargs):
+        if "pin_memory_device" in kwargs:
+            kwargs["pin_memory_device"] = _device(kwargs["pin_memory_device"]) or ""
+        original_init(self, *args, **kwargs)
+
+    loader.__init__ = init
+    _redirected["torch.utils.data.DataLoader"] = "pin_memory_device 'cuda' -> 'mydev'"
+
+
+def redirections() -> dict:
+    """What this module redirected: {"torch.cuda.synchronize": "torch.mydev.synchronize", ...}."""
+    return dict(_redirected)
+
+
+def not_redirected() -> list:
+    """The public torch.cuda names left as they are (CUDA-only: graphs, NCCL, NVTX, jiterator...)."""
+    return sorted(f"torch.cuda.{n}" for n in torch.cuda.__all__
+                  if f"torch.cuda.{n}" not in _redirected and n != "amp")
+
+
+def _install():
+    _patch_device_arguments()
+    _patch_cuda_methods()
+    _patch_torch_cuda()
+    _patch_amp()
+    _patch_load()
+    _patch_data_loader()
+
+
+_install()

@@ -1,0 +1,195 @@
+"""`import my_device.transfer_to_mydev`: code written for CUDA runs on mydev. Each test runs in a fresh
+interpreter, since the module patches torch for the rest of its process."""
+import json
+
+# A script as written for CUDA: model, optimizer, .cuda(), device="cuda", torch.cuda.amp (autocast and
+# GradScaler), torch.cuda.synchronize(), events, memory statistics, saving and loading. It prints what it
+# saw; the same training then runs on CPU (CPU autocast in float16 and CPU GradScaler) for reference.
+CUDA_SCRIPT = r'''
+import io, json
+import my_device.transfer_to_mydev
+import torch
+from torch import nn
+
+def train(device, autocast, scaler):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    model = model.cuda() if device == "cuda" else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 8, generator=g)
+    y = torch.randn(32, 4, generator=g)
+    if device == "cuda":
+        x, y = x.to(device="cuda"), y.cuda()
+    losses = []
+    for _ in range(3):
+        with autocast():
+            loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    return model, losses
+
+assert torch.cuda.is_available() and torch.cuda.device_count() == 2
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+model, losses = train("cuda", torch.cuda.amp.autocast, torch.cuda.amp.GradScaler())
+end.record()
+torch.cuda.synchronize()
+_, cpu_losses = train("cpu", lambda: torch.autocast("cpu", dtype=torch.float16), torch.amp.GradScaler("cpu"))
+
+buf = io.BytesIO()
+torch.save(model.state_dict(), buf)
+buf.seek(0)
+loaded = torch.load(buf, map_location=torch.device("cuda", 1))
+print(json.dumps({
+    "param_devices": sorted({str(p.device) for p in model.parameters()}),
+    "is_cuda": next(model.parameters()).is_cuda,
+    "losses": losses, "cpu_losses": cpu_losses,
+    "elapsed_ms": start.elapsed_time(end),
+    "memory_allocated": torch.cuda.memory_allocated(),
+    "mydev_memory_allocated": torch.mydev.memory_allocated(),
+    "loaded_devices": sorted({str(t.device) for t in loaded.values()}),
+    "loaded_equal": all(torch.equal(loaded[k].cpu(), v.cpu()) for k, v in model.state_dict().items()),
+}))
+'''
+
+
+def test_cuda_script_runs_unchanged_on_mydev(python_subprocess):
+    result = python_subprocess(CUDA_SCRIPT, env={"MYDEV_FALLBACK": "error"})
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["param_devices"] == ["mydev:0"]
+    assert out["is_cuda"] is True
+    assert out["losses"] == out["cpu_losses"] or all(
+        abs(a - b) < 1e-3 * max(1.0, abs(b)) for a, b in zip(out["losses"], out["cpu_losses"]))
+    assert out["losses"][-1] < out["losses"][0]
+    assert out["elapsed_ms"] > 0
+    assert out["memory_allocated"] == out["mydev_memory_allocated"] > 0
+    assert out["loaded_devices"] == ["mydev:1"] and out["loaded_equal"]
+
+
+REDIRECTIONS = r'''
+import io, json, zipfile
+import torch
+
+# A checkpoint as saved on a CUDA machine: its storage's location tag is "cuda:1".
+buf = io.BytesIO()
+torch.save({"w": torch.arange(4.0)}, buf)
+src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+out = io.BytesIO()
+with zipfile.ZipFile(out, "w") as dst:
+    for info in src.infolist():
+        data = src.read(info)
+        if info.filename.endswith("data.pkl"):
+            assert b"X\x03\x00\x00\x00cpu" in data
+            data = data.replace(b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:1")
+        dst.writestr(info, data)
+cuda_checkpoint = out.getvalue()
+try:
+    torch.load(io.BytesIO(cuda_checkpoint))
+    raise AssertionError("a CUDA checkpoint loaded without CUDA")
+except RuntimeError as e:
+    assert "CUDA" in str(e)
+
+import my_device.transfer_to_mydev as t
+facts = {}
+facts["checkpoint"] = str(torch.load(io.BytesIO(cuda_checkpoint))["w"].device)
+facts["checkpoint_cpu"] = str(torch.load(io.BytesIO(cuda_checkpoint), map_location="cpu")["w"].device)
+facts["checkpoint_dict"] = str(torch.load(io.BytesIO(cuda_checkpoint), map_location={"cuda:1": "cuda:0"})["w"].device)
+facts["zeros"] = str(torch.zeros(2, device="cuda:1").device)
+facts["tensor"] = str(torch.tensor([1.0], device=torch.device("cuda")).device)
+facts["arange"] = str(torch.arange(3, device="cuda").device)
+facts["randn_like"] = str(torch.randn_like(torch.zeros(2), device="cuda:1").device)
+x = torch.ones(2)
+facts["to_str"] = str(x.to("cuda:1").device)
+facts["to_device"] = str(x.to(torch.device("cuda", 1), torch.float16).device)
+facts["to_kw"] = str(x.to(device="cuda").device)
+facts["cuda_int"] = str(x.cuda(1).device)
+facts["new_zeros"] = str(x.new_zeros(3, device="cuda:1").device)
+facts["module_to"] = str(next(torch.nn.Linear(2, 2).to("cuda:1").parameters()).device)
+facts["module_cuda"] = str(next(torch.nn.Linear(2, 2).cuda().parameters()).device)
+facts["is_cuda_cpu"] = x.is_cuda
+facts["pinned"] = x.pin_memory().is_pinned()
+g = torch.Generator(device="cuda")
+facts["generator"] = str(g.device)
+facts["generator_isinstance"] = isinstance(g, torch.Generator) and isinstance(torch.default_generator, torch.Generator)
+torch.cuda.manual_seed(5)
+a = torch.randn(3, device="cuda")
+state = torch.cuda.get_rng_state()
+b = torch.randn(3, device="cuda")
+torch.cuda.set_rng_state(state)
+facts["rng"] = torch.equal(b.cpu(), torch.randn(3, device="cuda").cpu()) and not torch.equal(a.cpu(), b.cpu())
+torch.cuda.set_device(1)
+facts["current_device"] = torch.cuda.current_device()
+facts["default_device_after_set"] = str(torch.empty(1, device="cuda").device)
+torch.cuda.set_device(0)
+with torch.cuda.device("cuda:1"):
+    facts["device_context"] = torch.cuda.current_device()
+kept = torch.empty(1024, device="cuda:1")
+facts["memory_by_name"] = torch.cuda.memory_allocated("cuda:1") == torch.mydev.memory_allocated(1) > 0
+torch.cuda.synchronize(torch.device("cuda", 1))
+s = torch.cuda.Stream()
+with torch.cuda.stream(s):
+    facts["stream"] = torch.cuda.current_stream() == s and isinstance(s, torch.mydev.Stream)
+s.synchronize()
+facts["props"] = torch.cuda.get_device_name() == torch.mydev.get_device_name()
+facts["bf16"] = torch.cuda.is_bf16_supported()
+with torch.autocast("cuda"):
+    facts["autocast"] = str((torch.ones(2, 2, device="cuda") @ torch.ones(2, 2, device="cuda")).dtype)
+with torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16):
+    facts["amp_autocast"] = str((torch.ones(2, 2, device="cuda") @ torch.ones(2, 2, device="cuda")).dtype)
+from torch.cuda.amp import GradScaler, autocast
+facts["scaler"] = GradScaler()._device + "," + torch.amp.GradScaler()._device + "," + torch.amp.GradScaler("cuda")._device
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(8.0)), batch_size=4,
+                                     pin_memory=True, pin_memory_device="cuda")
+facts["loader_pinned"] = all(b[0].is_pinned() for b in loader)
+torch.cuda.empty_cache()
+facts["redirections"] = sorted(t.redirections())
+facts["not_redirected"] = t.not_redirected()
+print(json.dumps(facts))
+'''
+
+
+def test_each_redirection(python_subprocess):
+    result = python_subprocess(REDIRECTIONS)
+    assert result.returncode == 0, result.stderr
+    f = json.loads(result.stdout.strip().splitlines()[-1])
+    assert f["checkpoint"] == "mydev:1"
+    assert f["checkpoint_cpu"] == "cpu"
+    assert f["checkpoint_dict"] == "mydev:0"
+    for key, device in [("zeros", "mydev:1"), ("tensor", "mydev:0"), ("arange", "mydev:0"),
+                        ("randn_like", "mydev:1"), ("to_str", "mydev:1"), ("to_device", "mydev:1"),
+                        ("to_kw", "mydev:0"), ("cuda_int", "mydev:1"), ("new_zeros", "mydev:1"),
+                        ("module_to", "mydev:1"), ("module_cuda", "mydev:0"), ("generator", "mydev:0"),
+                        ("default_device_after_set", "mydev:1")]:
+        assert f[key] == device, key
+    assert f["is_cuda_cpu"] is False
+    for key in ["pinned", "generator_isinstance", "rng", "stream", "props", "bf16", "loader_pinned"]:
+        assert f[key] is True, key
+    assert f["current_device"] == 1 and f["device_context"] == 1 and f["memory_by_name"] is True
+    assert f["autocast"] == "torch.float16" and f["amp_autocast"] == "torch.bfloat16"
+    assert f["scaler"] == "mydev,mydev,mydev"
+    assert "torch.cuda.synchronize" in f["redirections"] and "torch.cuda.memory_allocated" in f["redirections"]
+    # CUDA-only APIs are left alone (documented in the README).
+    assert "torch.cuda.graph" in f["not_redirected"] and "torch.cuda.nvtx" in f["not_redirected"]
+
+
+def test_unmapped_device_arguments_are_untouched(python_subprocess):
+    result = python_subprocess(r'''
+import torch
+import my_device.transfer_to_mydev
+assert torch.zeros(1, device="cpu").device.type == "cpu"
+assert str(torch.zeros(1, device="mydev:1").device) == "mydev:1"
+assert torch.ones(1).to(torch.float64).dtype == torch.float64
+# A torch.device("cuda") object itself is not redirected (see the README).
+assert torch.device("cuda").type == "cuda"
+try:
+    torch.zeros(1, device="cuda:7")
+except RuntimeError as e:
+    print("error:", e)
+''')
+    assert result.returncode == 0, result.stderr
+    assert "error:" in result.stdout and "mydev" in result.stdout
