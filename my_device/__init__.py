@@ -35,6 +35,10 @@ from . import _exit  # noqa: E402
 
 _exit.install()
 
+from . import _dlpack  # noqa: E402
+
+_dlpack.install()
+
 # After _register(): swiglu's mydev kernel is registered under the device's name.
 from . import ops  # noqa: E402
 
