@@ -48,7 +48,7 @@ ActivityType activity_type(const KernelRecord& r) {
 // one (ops run at the call) by the op that launched them.
 std::string activity_name(const KernelRecord& r, const libkineto::ITraceActivity* op) {
   switch (r.kind) {
-    case KernelRecord::Kind::Memcpy: return "Memcpy (mydev)";
+    case KernelRecord::Kind::Memcpy: return "Memcpy " + r.name + " (mydev)";  // the label is the direction
     case KernelRecord::Kind::Memset: return "Memset (mydev)";
     case KernelRecord::Kind::Kernel: break;
   }
