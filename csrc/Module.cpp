@@ -32,6 +32,9 @@ void init_bindings(pybind11::module& parent);  // inductor/KernelLaunch.cpp
 }
 
 namespace my_device {
+void init_memory_snapshot_bindings(pybind11::module& m);  // python/MemorySnapshot.cpp
+void init_profiler_bindings(pybind11::module& m);         // profiler/Bindings.cpp
+
 namespace {
 
 void synchronize(c10::DeviceIndex device) {
@@ -206,6 +209,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fallback_counts", &fallback_counts,
         "How many times each op (by 'aten::name.overload') ran through the copying CPU fallback.");
   m.def("reset_fallback_counts", &reset_fallback_counts);
+  init_memory_snapshot_bindings(m);
+  init_profiler_bindings(m);
   compiler::init_bindings(m);
   jit::init_bindings(m);
   lazy::init_bindings(m);

@@ -50,6 +50,10 @@ from . import _module_conversion  # noqa: E402
 
 _module_conversion.install()
 
+from . import _dlpack  # noqa: E402
+
+_dlpack.install()
+
 # After _register(): swiglu's mydev kernel is registered under the device's name.
 from . import ops  # noqa: E402
 

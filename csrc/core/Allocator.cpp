@@ -19,6 +19,8 @@
 // kernel may take it.
 #include "Allocator.h"
 #include "Launch.h"
+#include "MemoryHistory.h"
+#include "MemorySnapshot.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
@@ -65,7 +67,20 @@ struct Block {
   Block* next = nullptr;
   std::vector<mydevStream_t> used_on;  // other streams (record_stream)
   uint64_t freed_at = 0;  // free_clock when it last returned to its pool
+  bool awaiting_free = false;  // freed, waiting for work queued on other streams (used_on)
+  StackContext context;        // the stack that allocated it, while memory history is recorded
 };
+
+uintptr_t stream_key(mydevStream_t stream) {
+  return reinterpret_cast<uintptr_t>(stream);
+}
+
+void trace(TraceEntry::Action action, c10::DeviceIndex device, const void* addr, size_t size,
+           mydevStream_t stream, StackContext context = nullptr, size_t device_free = 0) {
+  if (!recording_memory_history()) return;
+  record_trace({action, device, reinterpret_cast<uintptr_t>(addr), size, stream_key(stream), device_free, 0,
+                std::move(context)});
+}
 
 struct BlockOrder {
   bool operator()(const Block* a, const Block* b) const {
@@ -109,7 +124,7 @@ class DeviceCache {
  public:
   explicit DeviceCache(c10::DeviceIndex device) : device_(device) {}
 
-  Block* allocate(size_t nbytes, mydevStream_t stream) {
+  Block* allocate(size_t nbytes, mydevStream_t stream, StackContext context) {
     const size_t size = round_size(nbytes);
     const bool small = size <= kSmallSize;
     std::unique_lock<std::mutex> lock(mutex_);
@@ -124,6 +139,8 @@ class DeviceCache {
     } else {
       block = new_segment(small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound, small,
                           stream, nbytes, lock);
+      segments_.insert(block);
+      trace(TraceEntry::Action::SegmentAlloc, device_, block->ptr, block->size, stream, context);
     }
     const size_t remaining = block->size - size;
     if (remaining >= (small ? kMinBlock : kSmallSize + 1)) {
@@ -138,6 +155,8 @@ class DeviceCache {
     }
     block->allocated = true;
     block->requested = nbytes;
+    trace(TraceEntry::Action::Alloc, device_, block->ptr, block->size, stream, context);
+    block->context = std::move(context);
     update(stats_.allocation, small, 1);
     update(stats_.allocated_bytes, small, static_cast<int64_t>(block->size));
     update(stats_.active, small, 1);
@@ -146,8 +165,9 @@ class DeviceCache {
     return block;
   }
 
-  void free(Block* block) {
+  void free(Block* block, StackContext context) {
     std::unique_lock<std::mutex> lock(mutex_);
+    trace(TraceEntry::Action::FreeRequested, device_, block->ptr, block->size, block->stream, std::move(context));
     update(stats_.allocation, block->small, -1);
     update(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
     update(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
@@ -158,6 +178,7 @@ class DeviceCache {
       // this lock (a kernel allocating scratch memory).
       std::vector<mydevStream_t> streams;
       streams.swap(block->used_on);
+      block->awaiting_free = true;
       lock.unlock();
       std::vector<mydevEvent_t> events;
       for (mydevStream_t s : streams) {
@@ -225,6 +246,27 @@ class DeviceCache {
     fraction_ = fraction;
   }
 
+  void snapshot(std::vector<SegmentSnapshot>& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    process_events();
+    for (Block* head : segments_) {
+      SegmentSnapshot seg{device_, reinterpret_cast<uintptr_t>(head->ptr), 0, stream_key(head->stream),
+                          head->small, 0, 0, {}};
+      for (Block* b = head; b != nullptr; b = b->next) {
+        using State = BlockSnapshot::State;
+        const State state = !b->allocated ? State::Inactive
+                            : b->awaiting_free ? State::ActiveAwaitingFree
+                                               : State::ActiveAllocated;
+        seg.total_size += b->size;
+        if (state == State::ActiveAllocated) seg.allocated_size += b->size;
+        if (state != State::Inactive) seg.active_size += b->size;
+        seg.blocks.push_back({reinterpret_cast<uintptr_t>(b->ptr), b->size,
+                              state == State::Inactive ? 0 : b->requested, state, b->context});
+      }
+      out.push_back(std::move(seg));
+    }
+  }
+
  private:
   std::vector<c10::CachingAllocator::StatArray*> stat_arrays() {
     return {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
@@ -282,6 +324,9 @@ class DeviceCache {
         mydevMemGetInfo(&free_bytes, &total);
       }
       const size_t allocated = static_cast<size_t>(stats_.allocated_bytes[0].current);
+      trace(TraceEntry::Action::Oom, device_, nullptr, requested, stream, nullptr, free_bytes);
+      c10::reportOutOfMemoryToProfiler(static_cast<int64_t>(requested), allocated, reserved(),
+                                       c10::Device(kMyDev, device_));
       TORCH_CHECK_WITH(OutOfMemoryError, false, "mydev out of memory. Tried to allocate ",
           format_bytes(requested), ". mydev:", static_cast<int>(device_), " has a total capacity of ",
           format_bytes(total), " of which ", format_bytes(free_bytes), " is free. Of the allocated memory ",
@@ -300,7 +345,10 @@ class DeviceCache {
   }
 
   void release_block(Block* block) {
+    trace(TraceEntry::Action::FreeCompleted, device_, block->ptr, block->size, block->stream);
     block->allocated = false;
+    block->awaiting_free = false;
+    block->context.reset();
     update(stats_.active, block->small, -1);
     update(stats_.active_bytes, block->small, -static_cast<int64_t>(block->size));
     Pool& pool = block->small ? small_ : large_;
@@ -408,6 +456,8 @@ class DeviceCache {
     for_each_free_segment([&](Pool* pool, Block* b) {
       if (!releasable(b)) return;
       pool->erase(b);
+      segments_.erase(b);
+      trace(TraceEntry::Action::SegmentFree, device_, b->ptr, b->size, b->stream);
       mydevFree(b->ptr);  // a live allocation cannot fail to free; a forked child ignores it
       ++stats_.num_device_free;
       update(stats_.segment, b->small, -1);
@@ -421,6 +471,7 @@ class DeviceCache {
   const c10::DeviceIndex device_;
   std::mutex mutex_;
   Pool small_, large_;
+  std::set<Block*, std::less<>> segments_;  // the first block of each segment the runtime gave
   std::vector<std::pair<Block*, std::vector<mydevEvent_t>>> pending_;
   DeviceStats stats_;
   double fraction_ = 1.0;
@@ -444,6 +495,17 @@ DeviceCache& cache_for(c10::DeviceIndex device) {
 // host kernels call, oneDNN among them, allocate through the CPU allocator's
 // raw_allocate/raw_deleter, which require it. The block is found by address.
 std::mutex g_live_mutex;
+
+DeviceCache& cache_for(c10::DeviceIndex device);
+
+// torch.profiler(profile_memory=True): each allocation and free, with the
+// device's totals after it. The profiler keeps its state per thread, so
+// allocations made inside kernels, on stream workers, are not reported.
+void report_to_profiler(void* ptr, int64_t delta, c10::DeviceIndex device) {
+  const DeviceStats stats = cache_for(device).stats();
+  c10::reportMemoryUsageToProfiler(ptr, delta, static_cast<size_t>(stats.allocated_bytes[0].current),
+                                   static_cast<size_t>(stats.reserved_bytes[0].current), c10::Device(kMyDev, device));
+}
 ska::flat_hash_map<void*, Block*> g_live;  // open addressing: no allocation per entry
 
 Block* live_block(void* ptr) {
@@ -453,6 +515,7 @@ Block* live_block(void* ptr) {
 }
 
 void free_block(void* ptr) {
+  StackContext context = gather_free_context();  // before any lock: it may take the GIL
   Block* block = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_live_mutex);
@@ -461,7 +524,10 @@ void free_block(void* ptr) {
     block = it->second;
     g_live.erase(it);
   }
-  cache_for(block->device).free(block);
+  const c10::DeviceIndex device = block->device;
+  const int64_t size = static_cast<int64_t>(block->size);
+  cache_for(device).free(block, std::move(context));  // `block` may be merged away
+  if (c10::memoryProfilingEnabled()) report_to_profiler(ptr, -size, device);
 }
 
 void free_kernel_block(void* kernel_ptr) {
@@ -537,11 +603,15 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   if (nbytes == 0) {
     return {nullptr, where};
   }
-  Block* block = cache_for(device).allocate(nbytes, in_kernel() ? kScratch : current_stream_handle(device));
+  StackContext context = gather_alloc_context();  // before any lock: it may take the GIL
+  Block* block = cache_for(device).allocate(nbytes, in_kernel() ? kScratch : current_stream_handle(device),
+                                            std::move(context));
   {
     std::lock_guard<std::mutex> lock(g_live_mutex);
     g_live.emplace(block->ptr, block);
   }
+  // The block's size, as CUDA's allocator reports (and frees) it.
+  if (c10::memoryProfilingEnabled()) report_to_profiler(block->ptr, static_cast<int64_t>(block->size), device);
   return {block->ptr, block->ptr, &free_block, where};
 }
 
@@ -613,6 +683,18 @@ void empty_cache() {
 void set_memory_fraction(double fraction, c10::DeviceIndex device) {
   TORCH_CHECK(fraction >= 0 && fraction <= 1, "invalid fraction: ", fraction, ". Please set within [0, 1].");
   cache_for(device).set_fraction(fraction);
+}
+
+std::vector<SegmentSnapshot> memory_snapshot() {
+  reap_finished_kernels();  // their tensors are garbage already
+  std::vector<SegmentSnapshot> out;
+  for (auto i : c10::irange(device_count())) {
+    cache_for(static_cast<c10::DeviceIndex>(i)).snapshot(out);
+    if (recording_memory_history()) {
+      record_trace({TraceEntry::Action::Snapshot, static_cast<c10::DeviceIndex>(i), 0, 0, 0, 0, 0, nullptr});
+    }
+  }
+  return out;
 }
 
 void record_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream) {

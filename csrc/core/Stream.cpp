@@ -98,6 +98,17 @@ int stream_priority(const c10::Stream& stream) {
   return r == nullptr ? 0 : r->priority;
 }
 
+// For the profiler's records of work that ran (profiler/KernelTrace.cpp), which
+// name runtime streams: the c10 id of a handle (0: the default stream's NULL).
+int64_t stream_id_of(mydevStream_t handle) {
+  if (handle == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (size_t i = 0; i < g_streams.size(); ++i) {
+    if (g_streams[i].handle == handle) return static_cast<int64_t>(i + 1);
+  }
+  return -1;  // not one of PyTorch's streams
+}
+
 mydevStream_t stream_handle(const c10::Stream& stream) {
   const StreamRecord* r = record_of(stream);
   return r == nullptr ? nullptr : r->handle;

@@ -4,14 +4,15 @@ Sizes are block sizes: requests are rounded up to multiples of 512 bytes, and
 the allocator reserves memory from the runtime in segments (2 MiB for requests
 up to 1 MiB, which several small blocks share; whole multiples of 2 MiB above)."""
 import collections
-from typing import Any, Dict
+import sys
+from typing import Any, Dict, Optional
 
 from .. import _C
 
 __all__ = [
     "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "reset_accumulated_memory_stats", "memory_summary", "empty_cache",
-    "mem_get_info", "set_per_process_memory_fraction",
+    "mem_get_info", "set_per_process_memory_fraction", "memory_snapshot",
 ]
 
 
@@ -105,3 +106,48 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
                f"{'OOMs: ' + str(stats['num_ooms']):<40}|")
     out.append(line)
     return "\n".join(out) + "\n"
+
+
+# Memory history and snapshots, as torch.cuda.memory's private (but widely
+# used) API: the output is what torch.cuda._memory_viz and pytorch.org/memory_viz read.
+
+def _record_memory_history(enabled: Optional[str] = "all", context: Optional[str] = "all", stacks: str = "all",
+                           max_entries: int = sys.maxsize, device=None, clear_history: bool = False) -> None:
+    """Starts (or stops, with enabled=None) recording the caching allocator's history.
+
+    enabled: "state" keeps the allocating stack of each live block; "all" also
+        appends every allocator action (alloc, free_requested, free_completed,
+        segment_alloc, segment_free, oom, snapshot) to a per-device trace of at
+        most max_entries (the oldest are dropped); None stops and forgets.
+    context: whose stacks are kept: None, "state"/"alloc" (allocations), "all"
+        (allocations and frees).
+    stacks: "python", or "all" (Python and C++ frames; C++ symbolization is slow).
+    device: ignored, as on CUDA: recording covers every device.
+    """
+    _C._record_memory_history(enabled, context, stacks, max_entries, clear_history)
+
+
+def _snapshot(device=None) -> Dict[str, Any]:
+    """The allocator's state in torch.cuda.memory._snapshot()'s format:
+    {"segments": [...], "device_traces": [[...] per device]}. Each segment (memory
+    the allocator holds from the runtime) lists its blocks with their state
+    ("active_allocated", "active_awaiting_free", "inactive"), requested size and,
+    while history is recorded, the frames that allocated them."""
+    from . import _lazy_init
+
+    _lazy_init()
+    return _C._memory_snapshot()
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Pickles _snapshot() to `filename`, the file pytorch.org/memory_viz opens."""
+    import pickle
+
+    s = _snapshot()
+    with open(filename, "wb") as f:
+        pickle.dump(s, f)
+
+
+def memory_snapshot(device=None):
+    """The segments of _snapshot(), as torch.cuda.memory_snapshot()."""
+    return _snapshot(device)["segments"]

@@ -53,6 +53,18 @@ extern "C" {
 // errors are returned directly; sticky launch errors are left for the next
 // synchronisation. Inside a launched function (on a stream worker) it copies
 // at once: waiting there could wait for the calling stream itself.
+namespace {
+// The label of a copy's activity record (mydev_activity.h).
+const char* copyLabel(mydevMemcpyKind kind) {
+  switch (kind) {
+    case mydevMemcpyHostToDevice: return "HtoD";
+    case mydevMemcpyDeviceToHost: return "DtoH";
+    case mydevMemcpyDeviceToDevice: return "DtoD";
+  }
+  return "";
+}
+}  // namespace
+
 mydevError_t mydevMemcpy(void* dst, const void* src, size_t count, mydevMemcpyKind kind) {
   if (mydevError_t e = ensureInitialized()) return e;
   if (!validKind(kind)) return mydevErrorInvalidValue;
@@ -69,8 +81,26 @@ mydevError_t mydevMemcpy(void* dst, const void* src, size_t count, mydevMemcpyKi
       if (d >= 0 && d != current && (i == 0 || d != devices[0])) waitDeviceIdle(d);
     }
   }
+  // A synchronous copy from the host is traced as work of the device's
+  // default stream, which it waited for (inside a stream's task it is part
+  // of that task).
+  const bool traced = activityEnabled() && !onStreamWorker();
+  const int64_t start = traced ? activityClockNs() : 0;
   // memmove: a device-to-device copy within one allocation may overlap.
   std::memmove(kdst, ksrc, count);
+  if (traced) {
+    mydevActivityRecord r{};
+    r.kind = mydevActivityKindMemcpy;
+    r.device = devices[0] >= 0 ? devices[0] : devices[1];
+    r.stream = nullptr;
+    r.label = copyLabel(kind);
+    r.correlation_id = activityCorrelation();
+    r.start_ns = start;
+    r.end_ns = activityClockNs();
+    r.bytes = count;
+    r.inline_launch = 1;
+    activityEmit(r);
+  }
   return mydevSuccess;
 }
 
@@ -90,6 +120,7 @@ mydevError_t mydevMemcpyAsync(void* dst, const void* src, size_t count, mydevMem
   task.ptr = kdst;
   task.src = ksrc;
   task.count = count;
+  std::strcpy(task.label, copyLabel(kind));
   return submitToStream(s, std::move(task));
 }
 

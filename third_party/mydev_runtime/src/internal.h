@@ -4,6 +4,7 @@
 #define MYDEV_RUNTIME_INTERNAL_H
 
 #include "mydev_runtime.h"
+#include "mydev_activity.h"
 
 #include <condition_variable>
 #include <cstddef>
@@ -113,6 +114,8 @@ struct Task {
   char label[kLabelCapacity];  // NUL-terminated; "" unless set
 
   BlockingWait* waiter = nullptr;       // MYDEV_LAUNCH_BLOCKING submitter, or inline gate caller
+  bool traced = false;                  // activity tracing was on at enqueue (activity.cpp)
+  uint64_t correlation = 0;             // the enqueuing thread's external correlation id
 
   Task() { label[0] = '\0'; }
   // Moves copy the label up to its terminator: the implicit move copied all
@@ -127,12 +130,20 @@ struct Task {
     count = other.count;
     marker = std::move(other.marker);
     waiter = other.waiter;
+    traced = other.traced;
+    correlation = other.correlation;
     std::memcpy(label, other.label, std::strlen(other.label) + 1);
     return *this;
   }
   Task(const Task&) = delete;
   Task& operator=(const Task&) = delete;
 };
+
+// Activity tracing (activity.cpp). activityEnabled is one relaxed load.
+bool activityEnabled();
+uint64_t activityCorrelation();  // the calling thread's innermost external correlation id, or 0
+int64_t activityClockNs();
+void activityEmit(const mydevActivityRecord& record);
 
 void initDefaultStreams();
 // NULL resolves to the current device's default stream; anything else must be

@@ -328,6 +328,38 @@ int callLaunched(int device, mydevHostFn_t fn, void* user_data) {
   }
 }
 
+// The activity record of a traced task (or inline function) that ran on s.
+void emitActivity(const S& s, mydevActivityKind kind, const char* label, uint64_t correlation, int64_t start,
+                  int64_t end, size_t bytes, bool inline_launch) {
+  mydevActivityRecord r{};
+  r.kind = kind;
+  r.device = s.device;
+  r.stream = s.id == 0 ? nullptr : const_cast<S*>(&s);  // the default stream's handle is NULL
+  r.label = label ? label : "";
+  r.correlation_id = correlation;
+  r.start_ns = start;
+  r.end_ns = end;
+  r.bytes = bytes;
+  r.inline_launch = inline_launch ? 1 : 0;
+  activityEmit(r);
+}
+
+// Runs a task, reporting it to activity tracing if it was traced.
+int runTask(const S& s, Task& t);
+int runTracedTask(const S& s, Task& t) {
+  const bool traced = t.traced && (t.kind == Task::Kind::kLaunch || t.kind == Task::Kind::kCopy ||
+                                   t.kind == Task::Kind::kMemset);
+  if (!traced) return runTask(s, t);
+  const int64_t start = activityClockNs();
+  const int rc = runTask(s, t);
+  const mydevActivityKind kind = t.kind == Task::Kind::kLaunch ? mydevActivityKindKernel
+                                 : t.kind == Task::Kind::kCopy ? mydevActivityKindMemcpy
+                                                               : mydevActivityKindMemset;
+  emitActivity(s, kind, t.label, t.correlation, start, activityClockNs(), t.kind == Task::Kind::kLaunch ? 0 : t.count,
+               false);
+  return rc;
+}
+
 // Executes one task; nonzero means a failed launch.
 int runTask(const S& s, Task& t) {
   switch (t.kind) {
@@ -428,7 +460,7 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
       if (s.room_waiters && s.queue.size() <= s.resume_at) s.room_cv.notify_all();
       delayed = false;
       lock.unlock();
-      rc = runTask(s, task);
+      rc = runTracedTask(s, task);
       waiter = task.waiter;
       if (task.kind == Task::Kind::kEventRecord) reached_marker = std::move(task.marker);
       if (rc != 0) std::memcpy(failed_label, task.label, std::strlen(task.label) + 1);
@@ -656,6 +688,10 @@ __attribute__((noinline)) bool waitForRoom(S& s, std::unique_lock<std::mutex>& l
 
 mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   S& s = *sp;
+  if (activityEnabled()) {
+    task.traced = true;
+    task.correlation = activityCorrelation();
+  }
   // Waiting for its own stream from inside one of its tasks would deadlock.
   const bool blocking = config().launch_blocking && t_worker_stream != &s;
   BlockingWait wait;
@@ -699,7 +735,7 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   return wait.rc ? mydevErrorLaunchFailure : mydevSuccess;
 }
 
-mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, void* user_data) {
+mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, void* user_data, const char* label) {
   S& s = *sp;
   // Inside one of the stream's own tasks everything before is done already.
   if (t_worker_stream == &s) return callLaunched(s.device, fn, user_data) ? mydevErrorLaunchFailure : mydevSuccess;
@@ -776,7 +812,11 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
   // nested enqueues do not block and synchronising the stream does not wait
   // for fn itself.
   t_worker_stream = &s;
+  const bool traced = activityEnabled();
+  const uint64_t correlation = traced ? activityCorrelation() : 0;
+  const int64_t start = traced ? activityClockNs() : 0;
   const int rc = callLaunched(s.device, fn, user_data);
+  if (traced) emitActivity(s, mydevActivityKindKernel, label, correlation, start, activityClockNs(), 0, true);
   return rc ? mydevErrorLaunchFailure : mydevSuccess;
 }
 
@@ -815,7 +855,7 @@ mydevError_t launch(mydevStream_t stream, mydevHostFn_t fn, void* user_data, con
     if (unsigned us = s->delay_us.load(std::memory_order_relaxed)) {
       std::this_thread::sleep_for(std::chrono::microseconds(us));
     }
-    const mydevError_t rc = runInStreamOrder(s, fn, user_data);
+    const mydevError_t rc = runInStreamOrder(s, fn, user_data, label);
     if (rc == mydevErrorLaunchFailure) {
       std::lock_guard<std::mutex> lock(s->mu);
       // Truncated as queued labels are (Task::label).
@@ -954,7 +994,7 @@ mydevError_t mydevLaunchHostFuncInline(mydevStream_t stream, mydevHostFn_t fn, v
   if (!fn) return mydevErrorInvalidValue;
   std::shared_ptr<S> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
-  return runInStreamOrder(s, fn, user_data);
+  return runInStreamOrder(s, fn, user_data, nullptr);
 }
 
 mydevError_t mydevStreamGetErrorLabel(mydevStream_t stream, char* buf, size_t len) {

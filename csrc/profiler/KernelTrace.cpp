@@ -1,0 +1,80 @@
+#include "KernelTrace.h"
+
+#include <mydev_activity.h>
+
+#include <cstring>
+#include <mutex>
+
+namespace my_device {
+
+// Defined in core/Stream.cpp, which owns the stream registry: the c10 id of a
+// runtime stream handle (0 for the default stream's NULL handle).
+int64_t stream_id_of(mydevStream_t handle);
+
+namespace {
+struct RawRecord {
+  mydevActivityKind kind;
+  std::string label;
+  int device;
+  mydevStream_t stream;
+  uint64_t correlation;
+  int64_t start_ns, end_ns;
+  size_t bytes;
+  bool at_the_call;
+};
+
+std::mutex g_mutex;
+std::vector<RawRecord> g_records;
+
+// Stream tasks that are not kernels: the no-op task that keeps a copy's
+// storages alive until the copy has run (native/Copy.cpp).
+bool is_bookkeeping(const mydevActivityRecord& r) {
+  return r.kind == mydevActivityKindKernel && std::strcmp(r.label, "copy keep-alive") == 0;
+}
+
+// On the thread that ran the work: copy what the record points to, no more.
+void on_activity(const mydevActivityRecord* r, void*) {
+  if (is_bookkeeping(*r)) return;
+  RawRecord raw{r->kind, r->label, r->device, r->stream, r->correlation_id,
+                r->start_ns, r->end_ns, r->bytes, r->inline_launch != 0};
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_records.push_back(std::move(raw));
+}
+} // namespace
+
+void start_kernel_tracing() {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_records.clear();
+  }
+  mydevActivitySetCallback(&on_activity, nullptr);
+}
+
+std::vector<KernelRecord> stop_kernel_tracing() {
+  mydevActivitySetCallback(nullptr, nullptr);
+  std::vector<RawRecord> raw;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    raw.swap(g_records);
+  }
+  std::vector<KernelRecord> out;
+  out.reserve(raw.size());
+  for (RawRecord& r : raw) {
+    const auto kind = r.kind == mydevActivityKindKernel   ? KernelRecord::Kind::Kernel
+                      : r.kind == mydevActivityKindMemcpy ? KernelRecord::Kind::Memcpy
+                                                          : KernelRecord::Kind::Memset;
+    out.push_back({kind, std::move(r.label), static_cast<c10::DeviceIndex>(r.device), stream_id_of(r.stream),
+                   r.correlation, r.start_ns, r.end_ns, r.bytes, r.at_the_call});
+  }
+  return out;
+}
+
+void push_correlation(uint64_t id) {
+  mydevActivityPushExternalCorrelationId(id);
+}
+
+void pop_correlation() {
+  mydevActivityPopExternalCorrelationId(nullptr);
+}
+
+} // namespace my_device

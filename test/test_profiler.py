@@ -1,0 +1,190 @@
+"""torch.profiler on mydev: the device's kernels, copies and memory, as CUDA's show up.
+
+The kernels reach torch.profiler through Kineto: my_device registers an IActivityProfiler for
+PrivateUse1 (csrc/profiler/ActivityProfiler.cpp), fed by the runtime's activity tracing."""
+import json
+
+import pytest
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+import my_device
+
+ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+
+
+def _model():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to("mydev")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(8, 16, device="mydev")
+    return model, opt, x
+
+
+def _step(model, opt, x):
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def _device_events(prof):
+    return [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1 and e.name != "[memory]"]
+
+
+# Ops that launch no kernel: allocations without initialisation, and reading a
+# number back (a copy, reported as one). Views are found by their schema.
+_NO_KERNEL = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::resize_", "aten::_local_scalar_dense",
+              "aten::lift_fresh", "aten::result_type"}
+
+
+def _is_view(name):
+    packet = getattr(torch.ops.aten, name.split("::")[1], None)
+    if packet is None:
+        return False
+    return all(any(r.alias_info is not None and not r.alias_info.is_write for r in getattr(packet, o)._schema.returns)
+               for o in packet.overloads())
+
+
+def _computing_leaf_ops(prof):
+    """The aten ops the step called that compute and call no other aten op: each must have run a kernel."""
+    out = []
+    for e in prof.events():
+        if e.device_type != DeviceType.CPU or not e.name.startswith("aten::"):
+            continue
+        if any(c.name.startswith("aten::") for c in e.cpu_children):
+            continue
+        if e.name in _NO_KERNEL or _is_view(e.name):
+            continue
+        out.append(e)
+    return out
+
+
+def test_kineto_path_is_registered():
+    assert my_device._C._kineto_profiler_registered()
+    assert ProfilerActivity.PrivateUse1 in torch.profiler.supported_activities()
+
+
+def test_every_kernel_of_a_training_step_is_a_device_event():
+    model, opt, x = _model()
+    _step(model, opt, x)  # the momentum buffers exist from here on
+    torch.mydev.synchronize()
+    with profile(activities=ACTIVITIES) as prof:
+        _step(model, opt, x)
+    kernels = _device_events(prof)
+    ops = _computing_leaf_ops(prof)
+    # Forward, backward and the optimizer's per-parameter updates, at least.
+    assert {"aten::addmm", "aten::relu", "aten::mm", "aten::threshold_backward", "aten::add_"} <= {e.name for e in ops}
+    # Every computing op ran kernels the profiler shows, each with device time: its own, or those of
+    # the op that queued it (the ops a queued kernel's Meta kernel calls at the launch run on Meta
+    # tensors, and its device work is the queuing op's kernel).
+    def launcher(op):
+        while op is not None and not op.kernels:
+            op = op.cpu_parent
+        return op
+    for op in ops:
+        owner = launcher(op)
+        assert owner is not None, op.name
+        for k in owner.kernels:
+            assert k.duration > 0, k.name
+    # Kernels are named after the op that launched them (copies by their direction).
+    for op in ops:
+        if op.kernels and op.name != "aten::_copy_from":
+            assert all(k.name.split(".")[0] == op.name for k in op.kernels), (op.name, op.kernels)
+    # And every kernel the device ran belongs to an op.
+    assert len(kernels) == sum(len(e.kernels) for e in prof.events() if e.device_type == DeviceType.CPU)
+    for k in kernels:
+        assert k.device_index == 0 and k.time_range.end > k.time_range.start
+    # A kernel starts after the op that queued it began (host and device share one clock).
+    for op in {launcher(op) for op in ops}:
+        names = {k.name for k in op.kernels}
+        assert any(k.name in names and k.time_range.start >= op.time_range.start for k in kernels), op.name
+
+
+def test_key_averages_device_time():
+    model, opt, x = _model()
+    _step(model, opt, x)
+    with profile(activities=ACTIVITIES) as prof:
+        for _ in range(3):
+            _step(model, opt, x)
+    avg = {e.key: e for e in prof.key_averages()}
+    assert avg["aten::addmm"].device_time_total > 0
+    assert avg["aten::addmm"].count == 6
+    assert avg["aten::mm"].device_time_total > 0
+    table = prof.key_averages().table(sort_by="device_time_total", row_limit=10)
+    assert "aten::addmm" in table and "mydev" in table.lower()
+
+
+def _chrome_trace(prof, tmp_path):
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    with open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
+def test_kernels_name_their_stream(tmp_path):
+    a = torch.randn(64, 64, device="mydev")
+    s = torch.mydev.Stream()
+    torch.mydev.synchronize()
+    with profile(activities=ACTIVITIES) as prof:
+        b = a @ a
+        with torch.mydev.stream(s):
+            c = a + 1
+        s.synchronize()
+    kernels = {e["name"].split(".")[0]: e for e in _chrome_trace(prof, tmp_path) if e.get("cat") == "kernel"}
+    assert kernels["aten::mm"]["args"]["stream"] == 0                 # the default stream
+    assert kernels["aten::add"]["args"]["stream"] == s.stream_id
+    # The stream is the kernel's row in the trace.
+    assert kernels["aten::mm"]["tid"] != kernels["aten::add"]["tid"]
+    for e in kernels.values():
+        assert e["dur"] > 0 and e["args"]["device"] == 0
+    assert torch.equal(b.cpu(), a.cpu() @ a.cpu()) and torch.equal(c.cpu(), a.cpu() + 1)
+
+
+def test_chrome_trace_has_device_rows(tmp_path):
+    model, opt, x = _model()
+    with profile(activities=ACTIVITIES) as prof:
+        _step(model, opt, x)
+        torch.ones(4, device="mydev").cpu()
+    events = _chrome_trace(prof, tmp_path)
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    cpu_ops = [e for e in events if e.get("cat") == "cpu_op"]
+    assert kernels and cpu_ops
+    # Kernels are on the device's rows, not on a host thread's.
+    assert {e["pid"] for e in kernels}.isdisjoint({e["pid"] for e in cpu_ops})
+    # Each kernel carries the correlation id of the op that launched it.
+    op_ids = {e["args"].get("External id") for e in cpu_ops}
+    assert all(e["args"]["correlation"] in op_ids for e in kernels)
+    # Copies are device rows too, with their direction and size.
+    copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    assert any(e["name"] == "Memcpy DtoH (mydev)" and e["args"]["bytes"] == 16 for e in copies)
+
+
+def test_memory_events():
+    torch.mydev.synchronize()
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+        x = torch.empty(1000, device="mydev")
+        y = x.fill_(1) * 2
+        del x
+    avg = {e.key: e for e in prof.key_averages()}
+    # The 4000-byte allocation (a 4096-byte block) belongs to the op that made it, in device memory.
+    assert avg["aten::empty"].device_memory_usage == 4096 and avg["aten::empty"].cpu_memory_usage == 0
+    assert avg["aten::mul"].device_memory_usage == 4096
+    # A free outside any op is a "[memory]" event of its own.
+    frees = [e.device_memory_usage for e in prof.events() if e.name == "[memory]"]
+    assert -4096 in frees
+    assert "MYDEV Mem" in prof.key_averages().table(row_limit=3)
+    assert y.sum().item() == 2000
+
+
+def test_profiling_off_records_nothing_and_device_keeps_working():
+    a = torch.ones(10, device="mydev")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        b = a * 3
+    assert not _device_events(prof)
+    with profile(activities=ACTIVITIES) as prof:
+        c = a + 1
+    assert _device_events(prof)
+    assert torch.equal((b + c).cpu(), torch.full((10,), 5.0))
