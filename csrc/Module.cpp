@@ -27,6 +27,9 @@ void init_bindings(pybind11::module& parent);  // jit/Bindings.cpp
 namespace my_device::lazy {
 void init_bindings(pybind11::module& parent);  // lazy/Bindings.cpp
 }
+namespace my_device::distributed {
+void init_bindings(pybind11::module& parent);  // distributed/Bindings.cpp
+}
 
 namespace my_device {
 namespace {
@@ -206,6 +209,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   compiler::init_bindings(m);
   jit::init_bindings(m);
   lazy::init_bindings(m);
+  distributed::init_bindings(m);
 
   // Operator coverage: the generic host-kernel registration, which must follow
   // every static registration of this library, and the fallback tracker.
