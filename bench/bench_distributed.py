@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 WORLD = 2
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def worker(mbytes, repeat, threads):
@@ -68,7 +69,7 @@ def main():
         subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--worker", "--mbytes", str(args.mbytes), "--repeat",
              str(args.repeat), "--threads", str(args.threads)],
-            env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])), RANK=str(r), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
         for r in range(WORLD)
     ]
     codes = [p.wait() for p in procs]

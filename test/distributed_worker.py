@@ -6,6 +6,7 @@ its outcome goes to OUT_DIR/<suite>-rank<r>.json as {check: {"ok": bool, "detail
 that raises records the error and the suite goes on. References are the same computation on CPU
 tensors over gloo, in the same process group.
 """
+import faulthandler
 import json
 import os
 import sys
@@ -24,15 +25,23 @@ DTYPES = [torch.float32, torch.bfloat16, torch.int64]
 
 
 class Checks:
-    def __init__(self):
+    def __init__(self, path):
         self.results = {}
+        self.path = path
 
     def run(self, name, fn):
+        print(f"check {name}", file=sys.stderr, flush=True)  # names the check a crash happened in
         try:
             detail = fn()
             self.results[name] = {"ok": True, "detail": detail or ""}
         except Exception:
             self.results[name] = {"ok": False, "detail": traceback.format_exc()}
+        self.save()
+
+    def save(self):
+        # after every check, so that a crash leaves the outcomes of the checks before it
+        with open(self.path, "w") as f:
+            json.dump(self.results, f)
 
 
 def expect(cond, msg):
@@ -456,8 +465,8 @@ def training(checks, rank, world):
             torch.testing.assert_close(y.cpu(), want_y, rtol=1e-5, atol=1e-5)
 
     checks.run("ddp", ddp)
-    checks.run("fsdp2", fsdp2)
     checks.run("dtensor", dtensor)
+    checks.run("fsdp2", fsdp2)
 
 
 # ---------------------------------------------------------------- failures
@@ -494,18 +503,19 @@ SUITES = {
 
 
 def main():
+    faulthandler.enable()
     suite, out_dir = sys.argv[1], sys.argv[2]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     torch.mydev.set_device(local_rank)
     backend = os.environ.get("MCCL_TEST_BACKEND", "cpu:gloo,mydev:mccl") or None  # "": the default
     dist.init_process_group(backend, timeout=timedelta(seconds=float(os.environ.get("MCCL_TEST_TIMEOUT", "30"))))
-    checks = Checks()
+    checks = Checks(os.path.join(out_dir, f"{suite}-rank{rank}.json"))
     checks.results["_backend"] = {"ok": True, "detail": str(dist.get_backend_config())}
     for part in SUITES[suite]:
         part(checks, rank, world)
-    with open(os.path.join(out_dir, f"{suite}-rank{rank}.json"), "w") as f:
-        json.dump(checks.results, f)
+    checks.results["_finished"] = {"ok": True, "detail": ""}
+    checks.save()
     if suite == "dying":
         os._exit(0)  # the group has lost a rank: leave without tearing it down
     dist.barrier()

@@ -28,13 +28,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+def worker_env(**extra):
+    # The worker runs as a script (sys.path[0] is test/): this checkout's my_device must come first.
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **extra)
+
+
 def launch(suite, tmp_path, env=None, timeout=240):
     """Runs `suite` on WORLD ranks; returns ({rank: {check: result}}, [returncodes], [stderr])."""
     port = free_port()
     procs = []
     for rank in range(WORLD):
-        full_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
-                        MASTER_PORT=str(port), OMP_NUM_THREADS="1", **(env or {}))
+        full_env = worker_env(RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
+                              MASTER_PORT=str(port), **(env or {}))
         procs.append(subprocess.Popen([sys.executable, WORKER, suite, str(tmp_path)], env=full_env, cwd=ROOT,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = []
@@ -131,7 +137,7 @@ def test_dying_rank_fails_the_others_clearly(tmp_path):
 
 def test_torchrun_ddp_with_default_backend(tmp_path):
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", MCCL_TEST_BACKEND="")
+    env = worker_env(MCCL_TEST_BACKEND="")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD), "--master-addr",
          "127.0.0.1", "--master-port", str(port), WORKER, "torchrun", str(tmp_path)],
