@@ -12,6 +12,8 @@ the order of the caller's current mydev stream, over gloo's transport: the proce
 creates here is a ProcessGroupGloo of its own, which it hands CPU tensors aliasing that memory.
 Work objects complete asynchronously and ``wait()`` makes the current stream wait, as with NCCL.
 """
+import functools
+
 import torch
 import torch.distributed as dist
 
@@ -38,6 +40,46 @@ def _register():
     if not is_available() or BACKEND in dist.Backend.backend_list:
         return
     dist.Backend.register_backend(BACKEND, _create_mccl, devices=[DEVICE])
+    _install_default_backend_fix()
+
+
+def _fix_default_backend(pg):
+    """Workaround for torch 2.13: init_process_group() with no backend (BackendConfig "undefined")
+    sets the group's default backend type to GLOO unless NCCL is among its backends, even when the
+    accelerator's backend is a registered plugin (mccl, type CUSTOM). The group then has no backend
+    of its default type, and whatever asks for it fails: DDP's constructor (its logger calls
+    getBackendName) raises "Could not find backend type 1 for Process Group". A group whose only
+    backend is mccl gets it as its default, as init_process_group("mccl") sets it.
+    test_distributed.py::test_torch_still_needs_the_default_backend_fix notices when torch fixes it."""
+    if not isinstance(pg, dist.ProcessGroup):
+        return
+    try:
+        if pg._get_backend(torch.device(DEVICE)).name() != BACKEND:
+            return
+    except RuntimeError:
+        return  # no mydev backend
+    try:
+        pg._get_backend(torch.device("cpu"))
+        return  # a CPU backend too ("cpu:gloo,mydev:mccl"): not the case above
+    except RuntimeError:
+        pass
+    pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+
+
+def _install_default_backend_fix():
+    c10d = dist.distributed_c10d
+    original = c10d._new_process_group_helper
+    if getattr(original, "_mccl_original", None) is not None:
+        return
+
+    @functools.wraps(original)
+    def new_process_group_helper(*args, **kwargs):
+        pg, prefix_store = original(*args, **kwargs)
+        _fix_default_backend(pg)
+        return pg, prefix_store
+
+    new_process_group_helper._mccl_original = original
+    c10d._new_process_group_helper = new_process_group_helper
 
 
 _register()

@@ -79,6 +79,42 @@ def test_registration():
     assert dist.Backend.backend_capability["mccl"] == ["mydev"]
 
 
+def _init_single_rank_default_group():
+    dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)  # no backend: the accelerator's
+
+
+def test_init_process_group_without_backend_uses_mccl_as_default():
+    _init_single_rank_default_group()
+    try:
+        pg = dist.group.WORLD
+        assert str(dist.get_backend_config()) == "mydev:mccl"
+        # DDP's constructor asks the group for its default backend
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2).to("mydev"))
+        assert model(torch.ones(3, 4, device="mydev")).shape == (3, 2)
+        x = torch.arange(4.0, device="mydev")
+        dist.all_reduce(x)
+        assert torch.equal(x.cpu(), torch.arange(4.0))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_torch_still_needs_the_default_backend_fix():
+    # my_device.distributed._fix_default_backend works around torch 2.13 giving a group created
+    # without a backend the default backend type GLOO; when this fails, torch no longer does, and
+    # the workaround can go.
+    c10d = dist.distributed_c10d
+    wrapped = c10d._new_process_group_helper
+    c10d._new_process_group_helper = wrapped._mccl_original
+    try:
+        _init_single_rank_default_group()
+        with pytest.raises(RuntimeError, match="Could not find the default backend type"):
+            dist.group.WORLD._get_sequence_number_for_group()
+    finally:
+        c10d._new_process_group_helper = wrapped
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
 @pytest.mark.parametrize("collective", ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
                                         "all_to_all", "gather_scatter", "send_recv", "batch_isend_irecv",
