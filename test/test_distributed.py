@@ -184,3 +184,19 @@ def test_torchrun_ddp_with_default_backend(tmp_path):
         assert results["_backend"]["detail"] == "mydev:mccl"  # init_process_group() with no backend
         for check in ("ddp", "fsdp2", "dtensor"):
             assert results[check]["ok"], f"rank {rank}: {check}:\n{results[check]['detail']}"
+
+
+def test_freeing_a_storage_waits_for_the_kernels_queued_on_it():
+    # FSDP2 frees unsharded parameters with untyped_storage().resize_(0) right after queuing the
+    # kernels that read them; those kernels must still see the bytes (csrc/native/Resize.cpp).
+    stream = torch.mydev.current_stream()
+    x = torch.arange(64.0, device="mydev").reshape(8, 8)
+    my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, 50_000)
+    try:
+        y = x @ x
+        x.untyped_storage().resize_(0)
+    finally:
+        my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, 0)
+    want = torch.arange(64.0).reshape(8, 8)
+    assert torch.equal(y.cpu(), want @ want)
+    assert x.untyped_storage().nbytes() == 0
