@@ -30,6 +30,9 @@ void init_bindings(pybind11::module& parent);  // lazy/Bindings.cpp
 namespace my_device::inductor {
 void init_bindings(pybind11::module& parent);  // inductor/KernelLaunch.cpp
 }
+namespace my_device::distributed {
+void init_bindings(pybind11::module& parent);  // distributed/Bindings.cpp
+}
 
 namespace my_device {
 void init_memory_snapshot_bindings(pybind11::module& m);  // python/MemorySnapshot.cpp
@@ -215,6 +218,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   jit::init_bindings(m);
   lazy::init_bindings(m);
   inductor::init_bindings(m);
+  distributed::init_bindings(m);
 
   // Operator coverage: the generic host-kernel registration, which must follow
   // every static registration of this library, and the fallback tracker.

@@ -57,5 +57,8 @@ _dlpack.install()
 # After _register(): swiglu's mydev kernel is registered under the device's name.
 from . import ops  # noqa: E402
 
+# Registers the "mccl" collective backend with torch.distributed.
+from . import distributed  # noqa: E402
+
 
 __all__ = ["fallback_counts", "impl_type_name", "ops", "reset_fallback_counts", "track_fallbacks"]

@@ -86,7 +86,13 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timing-steps", type=int, default=20)
+    parser.add_argument("--distributed", action="store_true",
+                        help="train with DDP on 2 processes over mccl instead (my_device/demo_distributed.py)")
     args = parser.parse_args(argv)
+    if args.distributed:
+        from . import demo_distributed
+
+        return demo_distributed.main(args.steps, args.batch, args.seed)
 
     torch.manual_seed(args.seed)
     base = SmallNet()

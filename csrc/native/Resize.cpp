@@ -7,6 +7,7 @@
 
 #include "core/Allocator.h"
 #include "core/Exception.h"
+#include "core/Launch.h"
 #include "core/TensorImpl.h"
 
 namespace my_device {
@@ -16,6 +17,13 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t new_bytes) {
   const c10::DeviceIndex device = storage->device().index();
   c10::DataPtr data = allocate_on(device, new_bytes);
   const size_t keep = std::min(new_bytes, storage->nbytes());
+  if (keep == 0 && storage->nbytes() > 0) {
+    // Freeing (untyped_storage().resize_(0), as FSDP2 does with unsharded parameters right after
+    // queuing the kernels that use them): a queued kernel that holds this storage by reference
+    // reaches its bytes when it runs (KernelArgs), so they go only after the current stream's
+    // queued work ran. (The copy below waits for the device's work itself.)
+    launch_inline(device, [] {});
+  }
   if (keep > 0) {
     MYDEV_CHECK(mydevMemcpy(data.get(), storage->data(), keep, mydevMemcpyDeviceToDevice));
   }
