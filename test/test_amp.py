@@ -1,7 +1,6 @@
 """Autocast and GradScaler on mydev, against CPU autocast, CUDA's policy table and float32 runs."""
 import copy
-import re
-import warnings
+import os
 
 import pytest
 import torch
@@ -385,11 +384,39 @@ def test_amp_kernels_are_queued():
         with delayed(torch.mydev.current_stream()) as stream:
             torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, scale.reciprocal())
             torch._amp_update_scale_(scale, tracker, found_inf, 2.0, 0.5, 1)
-            assert not stream.query()  # both returned before the device ran them
+            # Both returned before the device ran them (with MYDEV_LAUNCH_BLOCKING=1, after).
+            assert stream.query() == (os.environ.get("MYDEV_LAUNCH_BLOCKING") == "1")
     finally:
         torch.mydev.set_sync_debug_mode("default")
     assert grads[0].cpu().tolist() == [1.0] * 4
     assert (scale.item(), tracker.item(), found_inf.item()) == (16.0, 0, 0.0)
+
+
+@pytest.mark.parametrize("kernel", ["aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"])
+def test_amp_kernel_failure_is_reported_at_the_next_synchronisation(kernel):
+    # As a CUDA kernel's: not by the call but by the next synchronisation, naming the op (by the call
+    # with MYDEV_LAUNCH_BLOCKING=1); the device keeps working.
+    g, found, scale = torch.ones(3, device="mydev"), torch.zeros((), device="mydev"), torch.ones((), device="mydev")
+    tracker = torch.zeros((), dtype=torch.int32, device="mydev")
+
+    def launch():
+        if kernel.endswith("unscale_"):
+            torch._amp_foreach_non_finite_check_and_unscale_([g], found, scale)
+        else:
+            torch._amp_update_scale_(scale, tracker, found, 2.0, 0.5, 1)
+
+    torch.mydev.synchronize()
+    my_device._C._test_inject_kernel_failure(kernel)
+    failure = pytest.raises(RuntimeError, match=f"{kernel}: injected failure")
+    if os.environ.get("MYDEV_LAUNCH_BLOCKING") == "1":
+        with failure:
+            launch()
+    else:
+        launch()
+        with failure:
+            torch.mydev.synchronize()
+    launch()
+    assert (g.cpu().tolist(), scale.item()) == ([1.0] * 3, 1.0 if kernel.endswith("unscale_") else 2.0)
 
 
 def test_amp_kernel_argument_errors():
