@@ -106,10 +106,10 @@ def _output(model, name, batch, device):
 
 
 def _to(model, device):
-    """`model` moved to `device`. Module.to() gives each module a new Parameter when the device's
-    TensorImpl is not "shallow-copy compatible" with the CPU's, which PyTorch grants only to CPU, CUDA,
-    HIP, MPS, XPU and HPU: on mydev (as on any PrivateUse1 or XLA device) weights tied before the move
-    come out untied. Hugging Face models re-tie with tie_weights(), as on XLA.
+    """`model` moved to `device`. Module.to() gives each module a new Parameter unless
+    torch._has_compatible_shallow_copy_type(cpu_param, moved) holds (built in for CPU, CUDA, HIP, MPS,
+    XPU, HPU, MTIA; mydev's MyDevTensorImpl cannot be shallow-copied into a CPU TensorImpl), so weights
+    tied before the move come out untied, as on XLA. Hugging Face models re-tie with tie_weights().
     test_module_to_keeps_tied_weights notices when this is no longer needed."""
     model = copy.deepcopy(model).to(device)
     if device != "cpu" and hasattr(model, "tie_weights"):
@@ -117,9 +117,8 @@ def _to(model, device):
     return model
 
 
-@pytest.mark.xfail(strict=True, reason="Module.to() unties weights on a PrivateUse1 device: torch's "
-                   "has_compatible_shallow_copy_type treats only CPU/CUDA/HIP/MPS/XPU/HPU as interchangeable, so "
-                   "each module gets a new Parameter (see _to)")
+@pytest.mark.xfail(strict=True, reason="Module.to('mydev') unties weights: a CPU parameter is not shallow-copy "
+                   "compatible with a MyDevTensorImpl, so each module gets a new Parameter (see _to)")
 def test_module_to_keeps_tied_weights():
     model = _build("gpt2").to("mydev")
     assert model.lm_head.weight is model.transformer.wte.weight
