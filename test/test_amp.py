@@ -1,6 +1,7 @@
 """Autocast and GradScaler on mydev, against CPU autocast, CUDA's policy table and float32 runs."""
 import copy
 import os
+import re
 
 import pytest
 import torch
@@ -55,7 +56,7 @@ LOWER_PRECISION = [
     ("addr", torch.addr, (_x(4, 5), _x(4), _x(5, seed=1))),
     ("einsum", lambda a, b: torch.einsum("ij,jk->ik", a, b), (_x(4, 5), _x(5, 3, seed=1))),
     ("linalg_vecdot", torch.linalg.vecdot, (_x(4, 5), _x(4, 5, seed=1))),
-    ("chain_matmul", lambda a, b, c: torch.linalg.multi_dot([a, b, c]), (_x(3, 4), _x(4, 5), _x(5, 2))),
+    ("linalg_multi_dot", lambda a, b, c: torch.linalg.multi_dot([a, b, c]), (_x(3, 4), _x(4, 5), _x(5, 2))),
     ("conv1d", F.conv1d, (_x(2, 3, 9), _x(4, 3, 3, seed=1))),
     ("conv2d", F.conv2d, (_x(2, 3, 6, 6), _x(4, 3, 3, 3, seed=1), _x(4, seed=2))),
     ("conv3d", F.conv3d, (_x(1, 2, 4, 4, 4), _x(3, 2, 2, 2, 2, seed=1))),
@@ -158,6 +159,43 @@ def test_fp32_ops(name, fn, args, dtype):
     if name in CPU_FP32:
         with torch.autocast("cpu", dtype=dtype):
             assert fn(*_to(args, "cpu", dtype)).dtype == out.dtype
+
+
+def _cuda_lists():
+    """CUDA's autocast op lists, read from the installed torch's ATen/autocast_mode.h (the macros
+    csrc/amp/Autocast.cpp registers): {"AT_FORALL_FP32": {"exp", "pow.Scalar", ...}, ...}."""
+    import os.path
+    header = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "autocast_mode.h")
+    text = open(header).read()
+    lists = {}
+    for macro, body in re.findall(r"#define (AT_FORALL_\w+)\(_\)(.*?)\n\n", text, re.S):
+        names = set()
+        for args in re.findall(r"_\(([^()]*(?:\([^()]*\)[^()]*)*)\)", body):
+            parts = [p.replace("\\", "").strip() for p in args.split(",")]  # drop line continuations
+            if parts[0].startswith("ADD_NS("):  # (ADD_NS(norm), "norm.Scalar", ...)
+                names.add(parts[1].strip('"'))
+            else:
+                names.add(parts[0] if len(parts) == 1 else f"{parts[0]}.{parts[1]}")
+        lists[macro] = names
+    return lists
+
+
+def test_sample_tables_follow_cudas_lists():
+    # The expectations of the tests above come from CUDA's table, not from this file.
+    lists = _cuda_lists()
+    lower = lists["AT_FORALL_LOWER_PRECISION_FP"]
+    fp32 = (lists["AT_FORALL_FP32"] | lists["AT_FORALL_FP32_SET_OPT_DTYPE"]
+            | lists["AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE"])
+    bases = lambda names: {n.split(".")[0] for n in names}
+    for name, _, _ in LOWER_PRECISION:
+        assert name in lower or name in bases(lower), name
+    for name, _, _ in FP32:
+        assert name in fp32 or (name in bases(fp32) and "." not in name), name
+    assert {"addcmul", "atan2", "cross", "dot", "scatter_add"} <= lists["AT_FORALL_PROMOTE"]
+    assert len(lower) > 20 and len(fp32) > 50
+    # and the ops registered for mydev are exactly these lists (plus the refused binary_cross_entropy)
+    listed = {f"aten::{n}" for n in lower | fp32 | lists["AT_FORALL_PROMOTE"]}
+    assert listed == _autocast_ops("AutocastPrivateUse1") - {"aten::binary_cross_entropy"}
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=["float16", "bfloat16"])
