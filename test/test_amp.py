@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import my_device
+from conftest import delayed
 
 LOW = [torch.float16, torch.bfloat16]
 
@@ -410,8 +411,6 @@ def test_scale_does_not_grow_to_inf():
 
 
 def test_amp_kernels_are_queued():
-    from conftest import delayed
-
     grads = [torch.ones(4, device="mydev") * 8]
     found_inf = torch.zeros((), device="mydev")
     scale = torch.full((), 8.0, device="mydev")
