@@ -4,10 +4,12 @@ Importing this module patches torch for the rest of the process (there is no und
 
 - device arguments naming CUDA ("cuda", "cuda:1", torch.device("cuda", 1)) name mydev instead, in the
   tensor factories (`torch.zeros(..., device="cuda")`, `torch.tensor`, `*_like`, `arange`, ...),
-  `Tensor.to`, `Tensor.new_*`, `Tensor.pin_memory`, `Module.to`, `torch.Generator(device=...)`,
+  `Tensor.to`, `Tensor.new_*`, `Tensor.pin_memory`, `Module.to`, `Module.to_empty`,
+  `torch.set_default_device`, `torch.Generator(device=...)`,
   `torch.load(map_location=...)` (and checkpoints saved from CUDA load onto mydev when no map_location
   is given), `DataLoader(pin_memory_device=...)`, `torch.autocast`/`torch.amp.autocast`,
-  `torch.amp.GradScaler` and `torch.amp.custom_fwd/custom_bwd`;
+  `torch.amp.GradScaler`, `torch.amp.custom_fwd/custom_bwd` and the autocast state queries
+  (`torch.is_autocast_enabled()`, `torch.get_autocast_dtype("cuda")`, ...);
 - `Tensor.cuda()` / `Module.cuda()` move to mydev, and `Tensor.is_cuda` is true for mydev tensors;
 - `torch.cuda.<name>` is `torch.mydev.<name>` for every name both modules have (devices, streams,
   events, memory statistics, random state, synchronisation...), `torch.cuda.amp` is `torch.mydev.amp`,
@@ -71,12 +73,19 @@ _TENSOR_METHODS = ["to", "new_empty", "new_zeros", "new_ones", "new_full", "new_
 
 
 def _patch_device_arguments():
+    # torch.set_default_device's mode recognises factories by identity, from a set it builds once
+    # (torch.utils._device._device_constructors): built now, it holds the C functions the wrappers call.
+    import torch.utils._device
+
+    torch.utils._device._device_constructors()
     for name in _FACTORIES:
         if hasattr(torch, name):
             setattr(torch, name, _redirect_devices(getattr(torch, name), f"torch.{name}"))
     for name in _TENSOR_METHODS:
         setattr(torch.Tensor, name, _redirect_devices(getattr(torch.Tensor, name), f"torch.Tensor.{name}"))
     torch.nn.Module.to = _redirect_devices(torch.nn.Module.to, "torch.nn.Module.to")
+    torch.nn.Module.to_empty = _redirect_devices(torch.nn.Module.to_empty, "torch.nn.Module.to_empty")
+    torch.set_default_device = _redirect_devices(torch.set_default_device, "torch.set_default_device")
 
     # torch.Generator is a C type and generators made by torch (torch.default_generator, the devices'
     # default ones) are instances of it: the replacement builds a real torch.Generator, and answers
@@ -168,6 +177,24 @@ def _patch_amp():
 
     autocast.__init__ = autocast_init
     _redirected["torch.autocast"] = "device_type 'cuda' -> 'mydev'"
+
+    # Autocast state queries naming CUDA (or, for is_autocast_enabled(), naming no device, which means
+    # CUDA) answer for mydev, so code checking its own autocast region sees the region it opened.
+    def state_query(fn, no_argument_means_cuda):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if not args and not kwargs and no_argument_means_cuda:
+                args = ("mydev",)
+            args = tuple("mydev" if i == 0 and a == "cuda" else a for i, a in enumerate(args))
+            if kwargs.get("device_type") == "cuda":
+                kwargs["device_type"] = "mydev"
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled", "set_autocast_dtype"):
+        setattr(torch, name, state_query(getattr(torch, name), name == "is_autocast_enabled"))
+        _redirected[f"torch.{name}"] = "device_type 'cuda' -> 'mydev'"
 
     scaler = torch.amp.GradScaler
     original_scaler_init = scaler.__init__

@@ -1,7 +1,7 @@
 """Autocast and GradScaler on mydev, against CPU autocast, CUDA's policy table and float32 runs."""
 import copy
+import os
 import re
-import warnings
 
 import pytest
 import torch
@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import my_device
+from conftest import delayed
 
 LOW = [torch.float16, torch.bfloat16]
 
@@ -56,7 +57,7 @@ LOWER_PRECISION = [
     ("addr", torch.addr, (_x(4, 5), _x(4), _x(5, seed=1))),
     ("einsum", lambda a, b: torch.einsum("ij,jk->ik", a, b), (_x(4, 5), _x(5, 3, seed=1))),
     ("linalg_vecdot", torch.linalg.vecdot, (_x(4, 5), _x(4, 5, seed=1))),
-    ("chain_matmul", lambda a, b, c: torch.linalg.multi_dot([a, b, c]), (_x(3, 4), _x(4, 5), _x(5, 2))),
+    ("linalg_multi_dot", lambda a, b, c: torch.linalg.multi_dot([a, b, c]), (_x(3, 4), _x(4, 5), _x(5, 2))),
     ("conv1d", F.conv1d, (_x(2, 3, 9), _x(4, 3, 3, seed=1))),
     ("conv2d", F.conv2d, (_x(2, 3, 6, 6), _x(4, 3, 3, 3, seed=1), _x(4, seed=2))),
     ("conv3d", F.conv3d, (_x(1, 2, 4, 4, 4), _x(3, 2, 2, 2, 2, seed=1))),
@@ -159,6 +160,43 @@ def test_fp32_ops(name, fn, args, dtype):
     if name in CPU_FP32:
         with torch.autocast("cpu", dtype=dtype):
             assert fn(*_to(args, "cpu", dtype)).dtype == out.dtype
+
+
+def _cuda_lists():
+    """CUDA's autocast op lists, read from the installed torch's ATen/autocast_mode.h (the macros
+    csrc/amp/Autocast.cpp registers): {"AT_FORALL_FP32": {"exp", "pow.Scalar", ...}, ...}."""
+    import os.path
+    header = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "autocast_mode.h")
+    text = open(header).read()
+    lists = {}
+    for macro, body in re.findall(r"#define (AT_FORALL_\w+)\(_\)(.*?)\n\n", text, re.S):
+        names = set()
+        for args in re.findall(r"_\(([^()]*(?:\([^()]*\)[^()]*)*)\)", body):
+            parts = [p.replace("\\", "").strip() for p in args.split(",")]  # drop line continuations
+            if parts[0].startswith("ADD_NS("):  # (ADD_NS(norm), "norm.Scalar", ...)
+                names.add(parts[1].strip('"'))
+            else:
+                names.add(parts[0] if len(parts) == 1 else f"{parts[0]}.{parts[1]}")
+        lists[macro] = names
+    return lists
+
+
+def test_sample_tables_follow_cudas_lists():
+    # The expectations of the tests above come from CUDA's table, not from this file.
+    lists = _cuda_lists()
+    lower = lists["AT_FORALL_LOWER_PRECISION_FP"]
+    fp32 = (lists["AT_FORALL_FP32"] | lists["AT_FORALL_FP32_SET_OPT_DTYPE"]
+            | lists["AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE"])
+    bases = lambda names: {n.split(".")[0] for n in names}
+    for name, _, _ in LOWER_PRECISION:
+        assert name in lower or name in bases(lower), name
+    for name, _, _ in FP32:
+        assert name in fp32 or (name in bases(fp32) and "." not in name), name
+    assert {"addcmul", "atan2", "cross", "dot", "scatter_add"} <= lists["AT_FORALL_PROMOTE"]
+    assert len(lower) > 20 and len(fp32) > 50
+    # and the ops registered for mydev are exactly these lists (plus the refused binary_cross_entropy)
+    listed = {f"aten::{n}" for n in lower | fp32 | lists["AT_FORALL_PROMOTE"]}
+    assert listed == _autocast_ops("AutocastPrivateUse1") - {"aten::binary_cross_entropy"}
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=["float16", "bfloat16"])
@@ -373,8 +411,6 @@ def test_scale_does_not_grow_to_inf():
 
 
 def test_amp_kernels_are_queued():
-    from conftest import delayed
-
     grads = [torch.ones(4, device="mydev") * 8]
     found_inf = torch.zeros((), device="mydev")
     scale = torch.full((), 8.0, device="mydev")
@@ -385,11 +421,39 @@ def test_amp_kernels_are_queued():
         with delayed(torch.mydev.current_stream()) as stream:
             torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, scale.reciprocal())
             torch._amp_update_scale_(scale, tracker, found_inf, 2.0, 0.5, 1)
-            assert not stream.query()  # both returned before the device ran them
+            # Both returned before the device ran them (with MYDEV_LAUNCH_BLOCKING=1, after).
+            assert stream.query() == (os.environ.get("MYDEV_LAUNCH_BLOCKING") == "1")
     finally:
         torch.mydev.set_sync_debug_mode("default")
     assert grads[0].cpu().tolist() == [1.0] * 4
     assert (scale.item(), tracker.item(), found_inf.item()) == (16.0, 0, 0.0)
+
+
+@pytest.mark.parametrize("kernel", ["aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"])
+def test_amp_kernel_failure_is_reported_at_the_next_synchronisation(kernel):
+    # As a CUDA kernel's: not by the call but by the next synchronisation, naming the op (by the call
+    # with MYDEV_LAUNCH_BLOCKING=1); the device keeps working.
+    g, found, scale = torch.ones(3, device="mydev"), torch.zeros((), device="mydev"), torch.ones((), device="mydev")
+    tracker = torch.zeros((), dtype=torch.int32, device="mydev")
+
+    def launch():
+        if kernel.endswith("unscale_"):
+            torch._amp_foreach_non_finite_check_and_unscale_([g], found, scale)
+        else:
+            torch._amp_update_scale_(scale, tracker, found, 2.0, 0.5, 1)
+
+    torch.mydev.synchronize()
+    my_device._C._test_inject_kernel_failure(kernel)
+    failure = pytest.raises(RuntimeError, match=f"{kernel}: injected failure")
+    if os.environ.get("MYDEV_LAUNCH_BLOCKING") == "1":
+        with failure:
+            launch()
+    else:
+        launch()
+        with failure:
+            torch.mydev.synchronize()
+    launch()
+    assert (g.cpu().tolist(), scale.item()) == ([1.0] * 3, 1.0 if kernel.endswith("unscale_") else 2.0)
 
 
 def test_amp_kernel_argument_errors():

@@ -139,6 +139,14 @@ facts["props"] = torch.cuda.get_device_name() == torch.mydev.get_device_name()
 facts["bf16"] = torch.cuda.is_bf16_supported()
 with torch.autocast("cuda"):
     facts["autocast"] = str((torch.ones(2, 2, device="cuda") @ torch.ones(2, 2, device="cuda")).dtype)
+with torch.autocast(device_type="cuda"):
+    facts["autocast_state"] = [torch.is_autocast_enabled(), torch.is_autocast_enabled("cuda"),
+                               str(torch.get_autocast_dtype("cuda")), torch.is_autocast_enabled("cpu")]
+facts["autocast_state_after"] = torch.is_autocast_enabled()
+facts["to_empty"] = str(next(torch.nn.Linear(2, 2, device="meta").to_empty(device="cuda:1").parameters()).device)
+torch.set_default_device("cuda:1")
+facts["default_device"] = str(torch.ones(1).device)
+torch.set_default_device(None)
 with torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16):
     facts["amp_autocast"] = str((torch.ones(2, 2, device="cuda") @ torch.ones(2, 2, device="cuda")).dtype)
 from torch.cuda.amp import GradScaler, autocast
@@ -172,6 +180,8 @@ def test_each_redirection(python_subprocess):
     assert f["current_device"] == 1 and f["device_context"] == 1 and f["memory_by_name"] is True
     assert f["autocast"] == "torch.float16" and f["amp_autocast"] == "torch.bfloat16"
     assert f["scaler"] == "mydev,mydev,mydev"
+    assert f["autocast_state"] == [True, True, "torch.float16", False] and f["autocast_state_after"] is False
+    assert f["to_empty"] == "mydev:1" and f["default_device"] == "mydev:1"
     assert "torch.cuda.synchronize" in f["redirections"] and "torch.cuda.memory_allocated" in f["redirections"]
     # CUDA-only APIs are left alone (documented in the README).
     assert "torch.cuda.graph" in f["not_redirected"] and "torch.cuda.nvtx" in f["not_redirected"]
