@@ -121,6 +121,9 @@ def _apply(self, fn, recurse=True):
         _warn_not_kept(self, name)
     if not swap or not_swappable:
         return _torch_apply(self, converted, recurse=False)
+    # The flag is process-wide: a module converted by another thread at this
+    # very moment would take PyTorch's swap path too (which raises, rather than
+    # replacing it, if one of that module's Parameters is referenced elsewhere).
     torch.__future__.set_swap_module_params_on_conversion(True)
     try:
         return _torch_apply(self, converted, recurse=False)

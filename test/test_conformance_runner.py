@@ -69,3 +69,28 @@ def test_figures_count_manifest_skips_against_an_op_but_not_empty_tests():
     assert figs["forward_float32_opinfos"] == {"passing": 1, "total": 4, "percent": 25.0}
     assert figs["forward_all_dtypes_op_dtype_pairs"]["total"] == 5
     assert figs["backward_opinfos"] == {"passing": 0, "total": 1, "percent": 0.0}
+
+
+def test_module_suite_names_and_figures():
+    assert parse_test_name("test_forward_nn_BatchNorm2d_train_mode_mydev_float64") == (
+        "test_forward_train_mode", "nn.BatchNorm2d", "float64")
+    assert parse_test_name("test_state_dict_nn_Linear_mydev_float32") == ("test_state_dict", "nn.Linear", "float32")
+    rec = lambda test, module, dtype, outcome, message="": dict(
+        test=test, op=module, dtype=dtype, outcome=outcome, message=message, fallbacks={}, suite="modules")
+    results = [rec("test_forward", "nn.Linear", "float32", "pass"), rec("test_backward", "nn.Linear", "float64", "pass"),
+               rec("test_forward", "nn.GELU", "float32", "pass"), rec("test_backward", "nn.GELU", "float64", "fail"),
+               rec("test_backward", "nn.MaxPool2d", "float32", "skip", "no sample with a differentiable output"),
+               rec("test_forward", "nn.MaxPool2d", "float32", "pass"), rec("*", "nn.LSTM", None, "crash")]
+    figs = report.module_figures(results)
+    assert figs["modules_passing_every_test_float32"] == {"passing": 3, "total": 4, "percent": 75.0}
+    assert figs["modules_passing_every_test_float64"] == {"passing": 1, "total": 3, "percent": 33.33}
+    assert figs["modules_passing_every_test_all_dtypes"]["passing"] == 2
+
+
+def test_module_sweep_runs_the_module_suite(tmp_path):
+    r = _run(tmp_path, "--suite", "modules", "--modules", "nn.GELU", "--dtypes", "float32")
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert {x["op"] for x in data["results"]} == {"nn.GELU"}
+    assert {x["outcome"] for x in data["results"]} == {"pass"} and len(data["results"]) == 5
+    assert "# mydev ModuleInfo conformance" in (tmp_path / "report.md").read_text()

@@ -49,7 +49,8 @@ def test_tie_and_identity_kept(convert):
     assert convert(m) is m
     assert m[0].weight is w and m[2].weight is w
     assert w.device.type == "mydev" and isinstance(w, nn.Parameter) and w.requires_grad
-    assert all(p is q for p, q in zip(m.parameters(), params)) and all(p.device.type == "mydev" for p in params)
+    assert len(list(m.parameters())) == len(params) and all(p is q for p, q in zip(m.parameters(), params))
+    assert all(p.device.type == "mydev" for p in params)
     # Back to the CPU, then a dtype change on mydev: still the same objects.
     m.to("cpu")
     assert m[0].weight is w and m[2].weight is w and w.device.type == "cpu"
