@@ -22,6 +22,7 @@ import my_device
 
 DEV = "mydev"
 DTYPES = [torch.float32, torch.bfloat16, torch.int64]
+HUNG_SECONDS = 8  # dying suite: how long rank 1 sleeps before it dies
 
 
 class Checks:
@@ -471,9 +472,32 @@ def training(checks, rank, world):
 
 # ---------------------------------------------------------------- failures
 def dying_peer(checks, rank, world):
-    """Rank 1 dies; rank 0's next collective must fail with an error naming it, within the timeout."""
+    """Rank 1 stops taking part (it sleeps), then dies. Rank 0's collectives must fail with an error
+    naming the collective and the rank: while rank 1 sleeps, within the group's timeout
+    (MCCL_TEST_TIMEOUT); once it died, at once."""
     if rank == 1:
+        time.sleep(HUNG_SECONDS)
         os._exit(3)
+    timeout = float(os.environ["MCCL_TEST_TIMEOUT"])
+
+    def times_out():
+        x = torch.ones(1 << 10, device=DEV)
+        t0 = time.monotonic()
+        work = dist.all_reduce(x, async_op=True)
+        try:
+            work.wait()
+            x.sum().item()
+        except Exception as e:  # noqa: BLE001
+            elapsed = time.monotonic() - t0
+            msg = str(e)
+            expect("mccl all_reduce" in msg and "rank 0" in msg, f"unclear error: {msg}")
+            expect(elapsed < HUNG_SECONDS - 1, f"failed only after {elapsed:.1f} s (timeout {timeout} s)")
+            expect(isinstance(work.exception(), Exception), "the Work does not hold the failure")
+            return f"failed after {elapsed:.2f} s: {msg.splitlines()[0][:200]}"
+        raise AssertionError("all_reduce with a silent peer did not fail")
+
+    checks.run("hung_peer", times_out)
+    time.sleep(max(0.0, HUNG_SECONDS + 1 - timeout))  # rank 1 is gone by now
 
     def fails_clearly():
         x = torch.ones(1 << 16, device=DEV)
