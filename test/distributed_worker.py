@@ -89,6 +89,8 @@ def collectives(checks, rank, world):
         ops = [dist.ReduceOp.SUM, dist.ReduceOp.MIN, dist.ReduceOp.MAX, dist.ReduceOp.PRODUCT]
         if dtype.is_floating_point:
             ops.append(dist.ReduceOp.AVG)
+        else:
+            ops += [dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
 
         def all_reduce():
             for op in ops:
@@ -100,6 +102,14 @@ def collectives(checks, rank, world):
                 dist.all_reduce(d, op=op)
                 fast(s)
                 expect_equal(d, want, f"all_reduce {op}")
+            if dtype.is_floating_point:
+                # PREMUL_SUM (FSDP's scaled sum; gloo has none): the sum of the inputs times the factor
+                x = rank_input(rank, n, dtype)
+                want = x.clone()
+                dist.all_reduce(want)
+                d = on_device_late(x)
+                dist.all_reduce(d, op=dist._make_nccl_premul_sum(0.5))
+                expect_equal(d, want * 0.5, "all_reduce PREMUL_SUM(0.5)")
 
         def broadcast():
             for root in range(world):
@@ -323,6 +333,18 @@ def work_semantics(checks, rank, world):
             expect("all_gather_into_tensor" in str(e), f"unclear error: {e}")
         else:
             raise AssertionError("a wrong output size was accepted")
+        try:
+            dist.all_reduce(torch.ones(4, dtype=torch.int64, device=DEV), op=dist.ReduceOp.AVG)
+        except RuntimeError as e:
+            expect("mccl all_reduce" in str(e) and "AVG" in str(e), f"unclear error: {e}")
+        else:
+            raise AssertionError("ReduceOp.AVG of integers was accepted")
+        try:
+            dist.send(torch.ones(2, device=DEV), dst=world)
+        except (RuntimeError, ValueError) as e:
+            expect("rank" in str(e), f"unclear error: {e}")
+        else:
+            raise AssertionError("a destination rank out of range was accepted")
         # the group and the device still work
         y = torch.full((4,), float(rank + 1), device=DEV)
         dist.all_reduce(y)
