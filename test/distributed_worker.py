@@ -22,6 +22,7 @@ import my_device
 
 DEV = "mydev"
 DTYPES = [torch.float32, torch.bfloat16, torch.int64]
+HUNG_SECONDS = 8  # dying suite: how long rank 1 sleeps before it dies
 
 
 class Checks:
@@ -88,6 +89,8 @@ def collectives(checks, rank, world):
         ops = [dist.ReduceOp.SUM, dist.ReduceOp.MIN, dist.ReduceOp.MAX, dist.ReduceOp.PRODUCT]
         if dtype.is_floating_point:
             ops.append(dist.ReduceOp.AVG)
+        else:
+            ops += [dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
 
         def all_reduce():
             for op in ops:
@@ -99,6 +102,14 @@ def collectives(checks, rank, world):
                 dist.all_reduce(d, op=op)
                 fast(s)
                 expect_equal(d, want, f"all_reduce {op}")
+            if dtype.is_floating_point:
+                # PREMUL_SUM (FSDP's scaled sum; gloo has none): the sum of the inputs times the factor
+                x = rank_input(rank, n, dtype)
+                want = x.clone()
+                dist.all_reduce(want)
+                d = on_device_late(x)
+                dist.all_reduce(d, op=dist._make_nccl_premul_sum(0.5))
+                expect_equal(d, want * 0.5, "all_reduce PREMUL_SUM(0.5)")
 
         def broadcast():
             for root in range(world):
@@ -322,6 +333,18 @@ def work_semantics(checks, rank, world):
             expect("all_gather_into_tensor" in str(e), f"unclear error: {e}")
         else:
             raise AssertionError("a wrong output size was accepted")
+        try:
+            dist.all_reduce(torch.ones(4, dtype=torch.int64, device=DEV), op=dist.ReduceOp.AVG)
+        except RuntimeError as e:
+            expect("mccl all_reduce" in str(e) and "AVG" in str(e), f"unclear error: {e}")
+        else:
+            raise AssertionError("ReduceOp.AVG of integers was accepted")
+        try:
+            dist.send(torch.ones(2, device=DEV), dst=world)
+        except (RuntimeError, ValueError) as e:
+            expect("rank" in str(e), f"unclear error: {e}")
+        else:
+            raise AssertionError("a destination rank out of range was accepted")
         # the group and the device still work
         y = torch.full((4,), float(rank + 1), device=DEV)
         dist.all_reduce(y)
@@ -471,9 +494,32 @@ def training(checks, rank, world):
 
 # ---------------------------------------------------------------- failures
 def dying_peer(checks, rank, world):
-    """Rank 1 dies; rank 0's next collective must fail with an error naming it, within the timeout."""
+    """Rank 1 stops taking part (it sleeps), then dies. Rank 0's collectives must fail with an error
+    naming the collective and the rank: while rank 1 sleeps, within the group's timeout
+    (MCCL_TEST_TIMEOUT); once it died, at once."""
     if rank == 1:
+        time.sleep(HUNG_SECONDS)
         os._exit(3)
+    timeout = float(os.environ["MCCL_TEST_TIMEOUT"])
+
+    def times_out():
+        x = torch.ones(1 << 10, device=DEV)
+        t0 = time.monotonic()
+        work = dist.all_reduce(x, async_op=True)
+        try:
+            work.wait()
+            x.sum().item()
+        except Exception as e:  # noqa: BLE001
+            elapsed = time.monotonic() - t0
+            msg = str(e)
+            expect("mccl all_reduce" in msg and "rank 0" in msg, f"unclear error: {msg}")
+            expect(elapsed < HUNG_SECONDS - 1, f"failed only after {elapsed:.1f} s (timeout {timeout} s)")
+            expect(isinstance(work.exception(), Exception), "the Work does not hold the failure")
+            return f"failed after {elapsed:.2f} s: {msg.splitlines()[0][:200]}"
+        raise AssertionError("all_reduce with a silent peer did not fail")
+
+    checks.run("hung_peer", times_out)
+    time.sleep(max(0.0, HUNG_SECONDS + 1 - timeout))  # rank 1 is gone by now
 
     def fails_clearly():
         x = torch.ones(1 << 16, device=DEV)
