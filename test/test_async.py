@@ -407,6 +407,28 @@ def test_convolution_and_its_backward_are_queued_with_errors_at_the_call():
     torch.testing.assert_close(dconv.bias.grad.cpu(), conv.bias.grad)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_convolution_is_queued_and_matches_cpu(dtype):
+    # autocast runs convolutions in these dtypes; they must not make the host wait.
+    x = torch.randn(2, 3, 8, 8, dtype=dtype, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, dtype=dtype, requires_grad=True)
+    y = torch.nn.functional.conv2d(x, w, padding=1)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    dx, dw = (t.detach().to("mydev").requires_grad_() for t in (x, w))
+    dgrad = grad.to("mydev")
+    torch.mydev.synchronize()
+    torch.mydev.set_sync_debug_mode("error")
+    try:
+        dy = torch.nn.functional.conv2d(dx, dw, padding=1)
+        dy.backward(dgrad)
+    finally:
+        torch.mydev.set_sync_debug_mode(0)
+    torch.testing.assert_close(dy.cpu(), y.detach())
+    torch.testing.assert_close(dx.grad.cpu(), x.grad)
+    torch.testing.assert_close(dw.grad.cpu(), w.grad)
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_batch_norm_is_queued_and_matches_cpu_on_any_layout(training):
     x = torch.randn(4, 3, 6, 6)

@@ -376,3 +376,27 @@ def test_strict_mode(python_subprocess):
 
 def test_backend_is_listed():
     assert "mydev" in torch._dynamo.list_backends()
+
+
+def test_optimizer_step_with_cpu_step_counts_compiles():
+    # AdamW with capturable=False keeps its step counts on the CPU; the ops on them run on the
+    # host before the program (graph_module.split_host_prologue), the rest is one launch.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    x, target = torch.randn(4, 16), torch.randint(0, 4, (4,))
+    params = {}
+    for dev, backend in (("cpu", None), (DEV, "mydev")):
+        torch._dynamo.reset()
+        m = copy.deepcopy(model).to(dev)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        step = torch.compile(opt.step, backend=backend) if backend else opt.step
+        mc.reset_counters()
+        for _ in range(3):
+            opt.zero_grad()
+            F.cross_entropy(m(x.to(dev)), target.to(dev)).backward()
+            step()
+        assert all(s["step"].device.type == "cpu" and s["step"].item() == 3 for s in opt.state.values())
+        params[dev] = [p.detach().cpu() for p in m.parameters()]
+    assert mc.counters()["graphs_eager"] == 0 and mc.counters()["graphs_compiled"] >= 1
+    for a, b in zip(params["cpu"], params[DEV]):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)

@@ -451,11 +451,17 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& t = inputs[i];
     const TensorMeta& m = g.values[g.inputs[i]].meta;
-    TORCH_CHECK(t.defined() && t.device().type() == kMyDev, "mydev program '", g.name, "': input ", i,
-                " must be a mydev tensor, got ", t.defined() ? t.device().str() : "None");
-    if (device < 0) device = t.device().index();
-    TORCH_CHECK(t.device().index() == device, "Expected all tensors to be on the same device, but found at least two devices, ",
-                c10::Device(kMyDev, device), " and ", t.device(), "!");
+    // A 0-dim CPU tensor is a scalar argument, as in eager mixed-device
+    // arithmetic (an optimizer's step count): the launch copies its value.
+    const bool host_scalar = t.defined() && t.device().is_cpu() && t.dim() == 0;
+    TORCH_CHECK(t.defined() && (t.device().type() == kMyDev || host_scalar), "mydev program '", g.name, "': input ", i,
+                " must be a mydev tensor or a 0-dim CPU tensor, got ", t.defined() ? t.device().str() : "None");
+    if (!host_scalar) {
+      if (device < 0) device = t.device().index();
+      TORCH_CHECK(t.device().index() == device,
+                  "Expected all tensors to be on the same device, but found at least two devices, ",
+                  c10::Device(kMyDev, device), " and ", t.device(), "!");
+    }
     if (t.scalar_type() != m.dtype || t.sizes() != c10::IntArrayRef(m.sizes) ||
         t.strides() != c10::IntArrayRef(m.strides)) {
       // Name the op that reads the input first, with the frontend's source location.

@@ -321,6 +321,7 @@ void init() {
     at::RegisterTorchScriptLazyNativeFunctions();
     at::RegisterTorchScriptAutogradLazyNativeFunctions();
     register_eager_fallback();
+    register_lazy_decompositions();
   });
 }
 

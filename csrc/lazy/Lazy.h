@@ -20,5 +20,7 @@ std::string last_graph();
 // Registers the backend, the lazy kernels and the eager fallback (once).
 void init();
 void register_eager_fallback();
+// Lazy kernels of ops whose default implementation does not trace (Decompositions.cpp).
+void register_lazy_decompositions();
 
 } // namespace my_device::lazy

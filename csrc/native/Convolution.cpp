@@ -22,8 +22,11 @@
 namespace my_device {
 namespace {
 
+// The dtypes the CPU convolution computes in (bf16/fp16 for autocast), so a
+// queued convolution cannot fail on its dtype after the call returned.
 bool queueable(const at::Tensor& input) {
-  return input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble;
+  const auto t = input.scalar_type();
+  return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
 }
 
 // The Meta kernel checks neither of these, so the call path's CPU kernel must,

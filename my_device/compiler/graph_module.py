@@ -40,6 +40,63 @@ class _Lowered:
         return [next(outs) if kind == "value" else v for kind, v in self.results]
 
 
+def _is_host_value(val):
+    if isinstance(val, (list, tuple)):
+        return len(val) > 0 and all(_is_host_value(v) for v in val)
+    return isinstance(val, torch.Tensor) and val.device.type == "cpu"
+
+
+def split_host_prologue(gm):
+    """Splits off the ops that compute on CPU tensors only, which the host must run at the call.
+
+    An optimizer compiled with capturable=False keeps its step counts on the CPU: the graph
+    increments them and derives bias corrections from them, which mydev kernels then read as
+    scalars. Run inside a queued program those CPU ops would finish later than the host expects
+    (it may read a step count right after the call). So they form a prologue the host runs first;
+    its results that the rest reads become the program's extra inputs, 0-dim CPU tensors the
+    launch copies. Returns (prologue, rest), or None when there is nothing to split off or an op
+    on CPU tensors reads a device tensor (that needs the device's result: the graph runs eagerly).
+    """
+    nodes = list(gm.graph.nodes)
+    host = set()
+    for node in nodes:
+        if node.op == "placeholder":
+            if _is_host_value(node.meta.get("val")):
+                host.add(node)
+        elif node.op == "call_function" and _is_host_value(node.meta.get("val")):
+            if not all(a in host for a in node.all_input_nodes):
+                return None
+            host.add(node)
+    computed = [n for n in nodes if n in host and n.op != "placeholder"]
+    if not computed:
+        return None
+    # Host values the rest of the graph reads (a getitem of a host node is itself a host node).
+    exported = [n for n in computed if any(u not in host for u in n.users)]
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+
+    prologue = torch.fx.Graph()
+    env = {}
+    for n in placeholders:
+        env[n] = prologue.node_copy(n)
+    for n in computed:
+        env[n] = prologue.node_copy(n, lambda a: env[a])
+    prologue.output(tuple(env[n] for n in exported))
+
+    rest = torch.fx.Graph()
+    env = {}
+    for n in placeholders:
+        env[n] = rest.node_copy(n)
+    for n in exported:
+        p = rest.placeholder(f"host_{n.name}")
+        p.meta = dict(n.meta)
+        env[n] = p
+    for n in nodes:
+        if n.op == "placeholder" or n in host:
+            continue
+        env[n] = rest.node_copy(n, lambda a: env[a])
+    return torch.fx.GraphModule(gm, prologue), torch.fx.GraphModule(gm, rest)
+
+
 class CompiledGraph:
     """The boxed callable for one FX graph (aot_autograd's forward, backward or inference graph)."""
 
@@ -50,8 +107,14 @@ class CompiledGraph:
         self.programs = {}
         self.eager = None
         self.lowered = None
+        self.prologue = None
         if not self.dynamic:
+            split = split_host_prologue(gm)
+            if split is not None:
+                self.prologue, gm = split
             self.lowered = self._lower(gm)
+            if self.lowered is None:
+                self.prologue = None  # the whole original graph runs eagerly
 
     def _lower(self, gm):
         try:
@@ -78,7 +141,9 @@ class CompiledGraph:
         if lowered is None:
             out = self.gm(*args)
         else:
-            out = lowered(args)
+            inputs = args if self.prologue is None else [*args, *self.prologue(*args)]
+            out = lowered(inputs)
+            del inputs
         args.clear()  # the boxed convention: inputs may be freed as early as the caller allows
         return out
 

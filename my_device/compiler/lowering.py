@@ -25,10 +25,10 @@ class Unsupported(Exception):
     """The graph has something a mydev program cannot express; the frontend runs it eagerly."""
 
 
-def tensor_meta(t):
+def tensor_meta(t, host_scalar_ok=False):
     if not isinstance(t, torch.Tensor):
         raise Unsupported(f"expected a tensor, got {type(t).__name__}")
-    if t.device.type != "mydev":
+    if t.device.type != "mydev" and not (host_scalar_ok and t.device.type == "cpu" and t.dim() == 0):
         raise Unsupported(f"a {t.device.type} tensor inside the graph")
     if t.layout != torch.strided or t.dtype not in _DTYPE_NAMES:
         raise Unsupported(f"a {t.layout} {t.dtype} tensor")
@@ -126,7 +126,8 @@ def lower(gm, name, params=None):
             if isinstance(val, torch.Tensor):
                 vid = e.new_value()
                 e.ids[(node, None)] = vid
-                e.lines.append(f"input %{vid} : {tensor_meta(val)}")
+                # A 0-dim CPU input is a scalar argument the launch copies (Program::run).
+                e.lines.append(f"input %{vid} : {tensor_meta(val, host_scalar_ok=True)}")
                 input_positions.append(placeholder_index)
             elif isinstance(val, (int, float, bool, torch.SymInt)) or val is None:
                 e.consts[node] = val
