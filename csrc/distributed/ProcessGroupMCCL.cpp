@@ -480,14 +480,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::enqueue(Call call) {
 
 // ---- collectives ---------------------------------------------------------
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::broadcast(std::vector<at::Tensor>& tensors,
-                                                           const c10d::BroadcastOptions& opts) {
-  Call call{"broadcast", "mccl broadcast", c10d::OpType::BROADCAST};
-  call.device = check_tensors(call.name, {&tensors});
-  check_rank(call.name, "root rank", opts.rootRank, size_);
+namespace {
+
+// The start of every collective that works on `tensors` in place (broadcast,
+// the reductions): they are read, written, and the Work's result.
+ProcessGroupMCCL::Call in_place_call(const char* name, const char* label, c10d::OpType type,
+                                     std::vector<at::Tensor>& tensors) {
+  ProcessGroupMCCL::Call call{name, label, type};
+  call.device = check_tensors(name, {&tensors});
   call.reads = tensors;
   call.writes = tensors;
   call.outputs = tensors;
+  return call;
+}
+
+} // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::broadcast(std::vector<at::Tensor>& tensors,
+                                                           const c10d::BroadcastOptions& opts) {
+  Call call = in_place_call("broadcast", "mccl broadcast", c10d::OpType::BROADCAST, tensors);
+  check_rank(call.name, "root rank", opts.rootRank, size_);
   call.run = [tensors, opts](c10d::Backend& t) {
     auto views = host_views(tensors);
     return t.broadcast(views, opts);
@@ -497,12 +509,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::broadcast(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
-  Call call{"all_reduce", "mccl all_reduce", c10d::OpType::ALLREDUCE};
-  call.device = check_tensors(call.name, {&tensors});
+  Call call = in_place_call("all_reduce", "mccl all_reduce", c10d::OpType::ALLREDUCE, tensors);
   check_reduce_op(call.name, opts.reduceOp, tensors);
-  call.reads = tensors;
-  call.writes = tensors;
-  call.outputs = tensors;
   c10d::AllreduceOptions transport_opts = opts;
   transport_opts.reduceOp = transport_op(opts.reduceOp);
   call.run = [tensors, transport_opts](c10d::Backend& t) {
@@ -515,12 +523,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::allreduce(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                      const c10d::AllreduceCoalescedOptions& opts) {
-  Call call{"all_reduce_coalesced", "mccl all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED};
-  call.device = check_tensors(call.name, {&tensors});
+  Call call = in_place_call("all_reduce_coalesced", "mccl all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, tensors);
   check_reduce_op(call.name, opts.reduceOp, tensors);
-  call.reads = tensors;
-  call.writes = tensors;
-  call.outputs = tensors;
   c10d::AllreduceCoalescedOptions transport_opts = opts;
   transport_opts.reduceOp = transport_op(opts.reduceOp);
   call.run = [tensors, transport_opts](c10d::Backend& t) {
@@ -533,13 +537,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::allreduce_coalesced(std::vector
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
-  Call call{"reduce", "mccl reduce", c10d::OpType::REDUCE};
-  call.device = check_tensors(call.name, {&tensors});
+  Call call = in_place_call("reduce", "mccl reduce", c10d::OpType::REDUCE, tensors);
   check_rank(call.name, "root rank", opts.rootRank, size_);
   check_reduce_op(call.name, opts.reduceOp, tensors);
-  call.reads = tensors;
-  call.writes = tensors;
-  call.outputs = tensors;
   c10d::ReduceOptions transport_opts = opts;
   transport_opts.reduceOp = transport_op(opts.reduceOp);
   call.run = [tensors, transport_opts](c10d::Backend& t) {
