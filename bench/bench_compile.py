@@ -19,7 +19,6 @@ tiny step with backend="mydev" <= 0.5x eager mydev and <= 1.0x eager CPU; each c
 <= 1.5x CPU Inductor's.
 """
 import copy
-import time
 
 import torch
 from torch import nn
@@ -95,18 +94,35 @@ def _case(name, build, inner, repeat):
           flush=True)
 
 
+_COMPILE_TIME = """
+import sys, time, torch, my_device
+from torch import nn
+backend, device = sys.argv[1], sys.argv[2]
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4)).to(device)
+x = torch.randn(4, 16, device=device)
+start = time.perf_counter()
+out = torch.compile(model, backend=backend)(x)
+out.sum().backward()
+if device == "mydev":
+    torch.mydev.synchronize()
+print(time.perf_counter() - start)
+"""
+
+
 def _compile_time(backend, device):
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    model, shape, _, _ = _tiny()
-    model = model.to(device)
-    x = torch.randn(shape, device=device)
-    start = time.perf_counter()
-    out = torch.compile(model, backend=backend)(x)
-    out.sum().backward()
-    if device == "mydev":
-        torch.mydev.synchronize()
-    return time.perf_counter() - start
+    """First-call forward+backward compile time of the tiny model, in a fresh process with empty
+    Inductor caches (in one process, Inductor's in-memory kernel cache would serve a second compile)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(), TORCHINDUCTOR_FX_GRAPH_CACHE="0")
+    out = subprocess.run([sys.executable, "-c", _COMPILE_TIME, backend, device], env=env, check=True,
+                         capture_output=True, text=True)
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -115,15 +131,9 @@ def main():
     for name in args.cases.split(","):
         build, inner = CASES[name]
         _case(name, build, inner, args.repeat)
-    # Inductor's caches would make a second compile nearly free: fresh, empty caches for each.
-    import os
-    import tempfile
-
-    torch._inductor.config.fx_graph_cache = False
     times = {}
     for label, backend, device in (("cpu inductor", "inductor", "cpu"), ("mydev inductor", "inductor", "mydev"),
                                    ("mydev backend", "mydev", "mydev")):
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp()
         times[label] = _compile_time(backend, device)
     cpu_s = times["cpu inductor"]
     print("first call, forward+backward compile of tiny: " + ", ".join(

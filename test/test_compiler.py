@@ -311,7 +311,7 @@ def test_bad_programs_and_inputs_raise_clear_errors_and_lose_nothing():
     program = mc.compile("program p\ninput %0 : Float[2]{1}+0\n%1 = aten::neg(%0) : Float[2]{1}+0\noutput %1\n")
     with pytest.raises(RuntimeError, match=r"input 0 is Float\[3\].*compiled for Float\[2\]"):
         program.run([torch.ones(3, device=DEV)])
-    with pytest.raises(RuntimeError, match="must be a mydev tensor, got cpu"):
+    with pytest.raises(RuntimeError, match="must be a mydev tensor or a 0-dim CPU tensor, got cpu"):
         program.run([torch.ones(2)])
     (out,) = program.run([torch.ones(2, device=DEV)])
     assert out.tolist() == [-1.0, -1.0]
