@@ -191,3 +191,17 @@ def test_cpu_only_profile_has_no_device_events_and_device_keeps_working():
     assert not _device_events(prof)
     assert any(e.name == "aten::mul" for e in prof.events())
     assert torch.equal((b + c).cpu(), torch.full((10,), 5.0))
+
+
+def test_legacy_autograd_profiler_device_time():
+    # torch.autograd.profiler.profile(use_device=...) defaults to use_kineto=False: PyTorch times each
+    # op with device events through the stubs the backend registers (registerPrivateUse1Methods).
+    a = torch.randn(64, 64, device="mydev")
+    torch.mydev.synchronize()
+    with torch.autograd.profiler.profile(use_device="mydev") as prof:
+        b = (a @ a).relu()
+    ops = {e.name: e for e in prof.function_events}
+    assert ops["aten::mm"].device_time_total > 0 and ops["aten::relu"].device_time_total > 0
+    # The enclosing op's device time includes its callee's.
+    assert ops["aten::matmul"].device_time_total >= ops["aten::mm"].device_time_total
+    assert torch.allclose(b.cpu(), (a.cpu() @ a.cpu()).relu(), atol=1e-4)
