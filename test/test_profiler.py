@@ -71,10 +71,14 @@ def test_every_kernel_of_a_training_step_is_a_device_event():
     model, opt, x = _model()
     _step(model, opt, x)  # the momentum buffers exist from here on
     torch.mydev.synchronize()
-    with profile(activities=ACTIVITIES) as prof:
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
         _step(model, opt, x)
     kernels = _device_events(prof)
     ops = _computing_leaf_ops(prof)
+    # The step's activations and gradients are allocated on the device, and freed.
+    usage = [e.device_memory_usage for e in prof.events()]
+    assert any(u > 0 for u in usage) and any(u < 0 for u in usage)
+    assert all(e.cpu_memory_usage == 0 for e in prof.events() if e.name == "aten::addmm")
     # Forward, backward and the optimizer's per-parameter updates, at least.
     assert {"aten::addmm", "aten::relu", "aten::mm", "aten::threshold_backward", "aten::add_"} <= {e.name for e in ops}
     # Every computing op ran kernels the profiler shows, each with device time: its own, or those of
