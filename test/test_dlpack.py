@@ -92,6 +92,12 @@ def test_copy_and_device_arguments():
     torch.testing.assert_close(h, t.cpu())
     with pytest.raises(ValueError, match="without copying"):
         torch.from_dlpack(t, device="cpu", copy=False)
+    # To another device: a copy, as between CUDA devices.
+    other = torch.from_dlpack(t, device="mydev:1")
+    assert other.device == torch.device("mydev:1")
+    torch.testing.assert_close(other.cpu(), t.cpu())
+    with pytest.raises(ValueError, match="without copying"):
+        torch.from_dlpack(t, device="mydev:1", copy=False)
     # And the other way: a CPU tensor to mydev through DLPack.
     m = torch.from_dlpack(torch.arange(3.0), device="mydev")
     assert m.device.type == "mydev"

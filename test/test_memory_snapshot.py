@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.cuda import _memory_viz
 
-import my_device  # noqa: F401
+import my_device
 
 MiB = 1 << 20
 THIS_FILE = os.path.basename(__file__)
@@ -104,21 +104,22 @@ def test_state_only_and_off():
 
 
 def test_awaiting_free_block_on_another_stream(history):
-    from conftest import delayed
-
     s = torch.mydev.Stream()
     x = torch.ones(1000, device="mydev")
-    with delayed(s):
-        with torch.mydev.stream(s):
-            y = torch.ones(1000, device="mydev") * 2     # s is busy (held back) for a while
-        x.record_stream(s)                               # x is in use on s too: freeing it waits for s
+    with torch.mydev.stream(s):
+        my_device._C._test_launch_hold(0)     # a kernel on s that runs until released
+    try:
+        x.record_stream(s)                    # x is in use on s too: freeing it waits for s
         addr = x.data_ptr()
         del x
         blk = next(b for b in _blocks(torch.mydev.memory._snapshot()) if b["address"] == addr)
         assert blk["state"] == "active_awaiting_free"
-    torch.mydev.synchronize()
+    finally:
+        my_device._C._test_release_hold()
+    s.synchronize()
     blk = next(b for b in _blocks(torch.mydev.memory._snapshot()) if b["address"] == addr)
     assert blk["state"] == "inactive"
+    y = torch.ones(1000, device="mydev") * 2
     assert y.sum().item() == 2000
 
 

@@ -71,10 +71,14 @@ def test_every_kernel_of_a_training_step_is_a_device_event():
     model, opt, x = _model()
     _step(model, opt, x)  # the momentum buffers exist from here on
     torch.mydev.synchronize()
-    with profile(activities=ACTIVITIES) as prof:
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
         _step(model, opt, x)
     kernels = _device_events(prof)
     ops = _computing_leaf_ops(prof)
+    # The step's activations and gradients are allocated on the device, and freed.
+    usage = [e.device_memory_usage for e in prof.events()]
+    assert any(u > 0 for u in usage) and any(u < 0 for u in usage)
+    assert all(e.cpu_memory_usage == 0 for e in prof.events() if e.name == "aten::addmm")
     # Forward, backward and the optimizer's per-parameter updates, at least.
     assert {"aten::addmm", "aten::relu", "aten::mm", "aten::threshold_backward", "aten::add_"} <= {e.name for e in ops}
     # Every computing op ran kernels the profiler shows, each with device time: its own, or those of
@@ -113,7 +117,7 @@ def test_key_averages_device_time():
     assert avg["aten::addmm"].device_time_total > 0
     assert avg["aten::addmm"].count == 6
     assert avg["aten::mm"].device_time_total > 0
-    table = prof.key_averages().table(sort_by="device_time_total", row_limit=10)
+    table = prof.key_averages().table(sort_by="device_time_total")
     assert "aten::addmm" in table and "mydev" in table.lower()
 
 
@@ -179,12 +183,29 @@ def test_memory_events():
     assert y.sum().item() == 2000
 
 
-def test_profiling_off_records_nothing_and_device_keeps_working():
+def test_cpu_only_profile_has_no_device_events_and_device_keeps_working():
     a = torch.ones(10, device="mydev")
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        b = a * 3
-    assert not _device_events(prof)
     with profile(activities=ACTIVITIES) as prof:
         c = a + 1
     assert _device_events(prof)
+    # After a device profile (the device's profiler stays registered with Kineto), a CPU-only one
+    # still records host events only.
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        b = a * 3
+    assert not _device_events(prof)
+    assert any(e.name == "aten::mul" for e in prof.events())
     assert torch.equal((b + c).cpu(), torch.full((10,), 5.0))
+
+
+def test_legacy_autograd_profiler_device_time():
+    # torch.autograd.profiler.profile(use_device=...) defaults to use_kineto=False: PyTorch times each
+    # op with device events through the stubs the backend registers (registerPrivateUse1Methods).
+    a = torch.randn(64, 64, device="mydev")
+    torch.mydev.synchronize()
+    with torch.autograd.profiler.profile(use_device="mydev") as prof:
+        b = (a @ a).relu()
+    ops = {e.name: e for e in prof.function_events}
+    assert ops["aten::mm"].device_time_total > 0 and ops["aten::relu"].device_time_total > 0
+    # The enclosing op's device time includes its callee's.
+    assert ops["aten::matmul"].device_time_total >= ops["aten::mm"].device_time_total
+    assert torch.allclose(b.cpu(), (a.cpu() @ a.cpu()).relu(), atol=1e-4)

@@ -491,13 +491,6 @@ DeviceCache& cache_for(c10::DeviceIndex device) {
   return *caches[device];
 }
 
-// Device DataPtrs are "simple" (context == pointer) because CPU libraries that
-// host kernels call, oneDNN among them, allocate through the CPU allocator's
-// raw_allocate/raw_deleter, which require it. The block is found by address.
-std::mutex g_live_mutex;
-
-DeviceCache& cache_for(c10::DeviceIndex device);
-
 // torch.profiler(profile_memory=True): each allocation and free, with the
 // device's totals after it. The profiler keeps its state per thread, so
 // allocations made inside kernels, on stream workers, are not reported.
@@ -506,6 +499,11 @@ void report_to_profiler(void* ptr, int64_t delta, c10::DeviceIndex device) {
   c10::reportMemoryUsageToProfiler(ptr, delta, static_cast<size_t>(stats.allocated_bytes[0].current),
                                    static_cast<size_t>(stats.reserved_bytes[0].current), c10::Device(kMyDev, device));
 }
+
+// Device DataPtrs are "simple" (context == pointer) because CPU libraries that
+// host kernels call, oneDNN among them, allocate through the CPU allocator's
+// raw_allocate/raw_deleter, which require it. The block is found by address.
+std::mutex g_live_mutex;
 ska::flat_hash_map<void*, Block*> g_live;  // open addressing: no allocation per entry
 
 Block* live_block(void* ptr) {

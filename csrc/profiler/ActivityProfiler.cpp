@@ -155,8 +155,10 @@ class MyDevActivityProfiler final : public libkineto::IActivityProfiler {
 
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(const std::set<ActivityType>& activity_types,
                                                                  const libkineto::Config& /*config*/) override {
+    // Only for profiles of the device: PRIVATEUSE1_RUNTIME alone is one of the
+    // CPU activities, which a CPU-only profile asks for too.
     if (activity_types.count(ActivityType::CONCURRENT_KERNEL) == 0 &&
-        activity_types.count(ActivityType::PRIVATEUSE1_RUNTIME) == 0) {
+        activity_types.count(ActivityType::GPU_MEMCPY) == 0) {
       return nullptr;
     }
     return std::make_unique<Session>();
@@ -171,7 +173,7 @@ class MyDevActivityProfiler final : public libkineto::IActivityProfiler {
  private:
   std::string name_{"mydev"};
   std::set<ActivityType> activities_{ActivityType::CONCURRENT_KERNEL, ActivityType::GPU_MEMCPY,
-                                     ActivityType::GPU_MEMSET, ActivityType::PRIVATEUSE1_RUNTIME};
+                                     ActivityType::GPU_MEMSET};
 };
 
 } // namespace
