@@ -103,6 +103,8 @@ def test_state_only_and_off():
     torch.testing.assert_close((y.fill_(1) + 1).cpu(), torch.full((10,), 2.0))
 
 
+@pytest.mark.skipif(os.environ.get("MYDEV_LAUNCH_BLOCKING") == "1",
+                    reason="the held kernel that keeps the stream busy would run in the caller and never return")
 def test_awaiting_free_block_on_another_stream(history):
     s = torch.mydev.Stream()
     x = torch.ones(1000, device="mydev")

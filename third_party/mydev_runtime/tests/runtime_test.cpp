@@ -3037,7 +3037,8 @@ void testActivityTracing() {
     std::fprintf(stderr, "no activity record %s\n", label);
     std::abort();
   };
-  const mydevActivityRecord& k = find(mydevActivityKindKernel, "my_op", 0);
+  // Under MYDEV_LAUNCH_BLOCKING a launch runs in the caller, in stream order: inline.
+  const mydevActivityRecord& k = find(mydevActivityKindKernel, "my_op", launchBlocking() ? 1 : 0);
   CHECK(k.stream == s && k.device == 0 && k.correlation_id == 41);
   CHECK(k.start_ns > 0 && k.end_ns >= k.start_ns);
   const mydevActivityRecord& c = find(mydevActivityKindMemcpy, "HtoD", 0);
