@@ -68,11 +68,21 @@ def _kept_on_cuda_not_on_mydev(tensor, converted):
 
 def _swappable(param):
     # The conditions torch.utils.swap_tensors checks: where they fail, PyTorch's
-    # own behaviour (a new Parameter) is kept rather than raising.
+    # own behaviour (a new Parameter) is kept rather than raising. A second
+    # reference is allowed only when it is the parameter's existing
+    # AccumulateGrad node; one held elsewhere (a scripted copy of the module)
+    # is not.
     if weakref.getweakrefs(param):
         return False
     count = param._use_count()
-    return count == 1 or (count == 2 and param.is_leaf)
+    if count == 1:
+        return True
+    if count != 2 or not param.is_leaf or not param.requires_grad:
+        return False
+    node = torch.autograd.graph.get_gradient_edge(param).node
+    existed = param._use_count() == 2  # getting the edge created no new node
+    del node
+    return existed
 
 
 def _warn_not_kept(module, name):

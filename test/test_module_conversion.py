@@ -219,3 +219,18 @@ def test_bert_decoder_weight_and_bias_stay_tied():
     assert head.decoder.weight is tied[0][0] and model.bert.embeddings.word_embeddings.weight is tied[0][0]
     assert head.decoder.bias is tied[1][0] and head.bias is tied[1][0]
     assert all(p is q for p, q in zip(model.parameters(), params)) and head.bias.device.type == "mydev"
+
+
+def test_parameters_held_elsewhere_convert_as_torch_does():
+    # A scripted copy of the module holds the Parameters' tensors: they cannot be swapped, so the
+    # conversion falls back to PyTorch's own behaviour (new Parameters) with a warning, as before.
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        scripted = torch.jit.script(model)
+    x = torch.randn(2, 4)
+    expected = model(x)
+    with pytest.warns(UserWarning, match="referenced elsewhere"):
+        moved = model.to("mydev")
+    torch.testing.assert_close(moved(x.to("mydev")).cpu(), expected)
+    torch.testing.assert_close(scripted(x), expected)
