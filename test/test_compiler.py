@@ -351,27 +351,34 @@ def test_text_form_round_trips():
     assert full.device.type == DEV and full.cpu().tolist() == [float("-inf")] * 2
 
 
-def test_strict_mode(python_subprocess):
-    r = python_subprocess("""
-        import torch, my_device
-        from torch import nn
-        torch.manual_seed(0)
-        m = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
-        x = torch.randn(3, 8)
-        ref = m(x); ref.sum().backward()
-        grads = [p.grad.clone() for p in m.parameters()]
-        m.zero_grad()
-        md = m.to("mydev")
-        out = torch.compile(md, backend="mydev")(x.to("mydev"))
-        out.sum().backward()
-        torch.testing.assert_close(out.cpu(), ref)
-        for p, g in zip(md.parameters(), grads):
-            torch.testing.assert_close(p.grad.cpu(), g)
-        import my_device.compiler as mc
-        assert mc.counters()["fused_groups"] >= 1 and mc.counters()["graphs_eager"] == 0
-        print("ok")
-    """, env={"MYDEV_STRICT": "1"})
+def compiled_training_in_strict_mode(python_subprocess, backend, check=""):
+    """Forward and backward of a small MLP compiled with `backend`, in a process with MYDEV_STRICT=1
+    (any host access to device memory crashes), against CPU; `check` is more code run at the end."""
+    r = python_subprocess(f"""
+import torch, my_device
+from torch import nn
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
+x = torch.randn(3, 8)
+ref = m(x); ref.sum().backward()
+grads = [p.grad.clone() for p in m.parameters()]
+m.zero_grad()
+md = m.to("mydev")
+out = torch.compile(md, backend={backend!r})(x.to("mydev"))
+out.sum().backward()
+torch.testing.assert_close(out.cpu(), ref)
+for p, g in zip(md.parameters(), grads):
+    torch.testing.assert_close(p.grad.cpu(), g)
+{check}
+print("ok")
+""", env={"MYDEV_STRICT": "1"}, timeout=600)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+
+
+def test_strict_mode(python_subprocess):
+    compiled_training_in_strict_mode(python_subprocess, "mydev", check=(
+        "import my_device.compiler as mc\n"
+        "assert mc.counters()['fused_groups'] >= 1 and mc.counters()['graphs_eager'] == 0"))
 
 
 def test_backend_is_listed():

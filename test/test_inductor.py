@@ -9,7 +9,11 @@ from torch._inductor.utils import run_and_get_code
 
 import my_device
 from my_device import ops
-from test_compiler import _fresh_dynamo, train_compiled_and_eager  # noqa: F401  (fixture)
+from test_compiler import (  # noqa: F401  (_fresh_dynamo: a fixture)
+    _fresh_dynamo,
+    compiled_training_in_strict_mode,
+    train_compiled_and_eager,
+)
 
 DEV = "mydev"
 
@@ -92,24 +96,7 @@ def test_failure_inside_a_kernel_is_reported_at_the_next_sync():
 
 
 def test_strict_mode(python_subprocess):
-    r = python_subprocess("""
-        import torch, my_device
-        from torch import nn
-        torch.manual_seed(0)
-        m = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
-        x = torch.randn(3, 8)
-        ref = m(x); ref.sum().backward()
-        grads = [p.grad.clone() for p in m.parameters()]
-        m.zero_grad()
-        md = m.to("mydev")
-        out = torch.compile(md)(x.to("mydev"))
-        out.sum().backward()
-        torch.testing.assert_close(out.cpu(), ref)
-        for p, g in zip(md.parameters(), grads):
-            torch.testing.assert_close(p.grad.cpu(), g)
-        print("ok")
-    """, env={"MYDEV_STRICT": "1"}, timeout=600)
-    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+    compiled_training_in_strict_mode(python_subprocess, "inductor")
 
 
 def test_scheduler_cpu_check_workaround_still_needed():
