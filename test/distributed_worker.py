@@ -10,6 +10,7 @@ import faulthandler
 import json
 import os
 import sys
+import datetime
 import time
 import traceback
 from datetime import timedelta
@@ -287,6 +288,18 @@ def collectives(checks, rank, world):
             waited = time.monotonic() - t0
             if rank == 0:
                 expect(waited > 0.3, f"barrier returned after {waited:.3f} s, before rank 1 arrived")
+        # wait(timeout) bounds the host's wait: rank 0 gives up before rank 1 arrives, with an error
+        # naming the collective, and the barrier still completes when waited for again.
+        if rank == 1:
+            time.sleep(0.5)
+        work = dist.barrier(device_ids=[torch.mydev.current_device()], async_op=True)
+        if rank == 0:
+            try:
+                work.wait(timeout=datetime.timedelta(milliseconds=100))
+                expect(False, "wait(timeout=100ms) returned before rank 1 arrived")
+            except RuntimeError as e:
+                expect("mccl barrier: wait timed out after 100ms" in str(e), f"unexpected error: {e}")
+        work.wait()
 
     checks.run("barrier", barrier)
 

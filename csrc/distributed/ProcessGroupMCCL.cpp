@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <thread>
 #include <unordered_map>
 
 #include "core/Device.h"
@@ -340,10 +341,14 @@ class WorkMCCL final : public c10d::Work {
     block_current_stream();
   }
 
-  bool wait(std::chrono::milliseconds /*timeout: a failed peer fails the transport within the group's*/) override {
+  // As NCCL's: the current stream waits, the host does not, so `timeout`
+  // bounds only a host wait (barrier); a peer that fails or stops answering
+  // fails the operation within the group's timeout either way.
+  bool wait(std::chrono::milliseconds timeout) override {
     raise_if_failed();
     block_current_stream();
     if (blocking_) {
+      if (timeout != kNoTimeout) wait_on_host_for(timeout);
       wait_on_host();
       raise_if_failed();
     }
@@ -369,6 +374,19 @@ class WorkMCCL final : public c10d::Work {
   void block_current_stream() {
     RuntimeDeviceGuard on_device(device_);
     MYDEV_CHECK(mydevStreamWaitEvent(current_stream_handle(device_), op_->done));
+  }
+
+  void wait_on_host_for(std::chrono::milliseconds timeout) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (mydevEventQuery(op_->done) == mydevErrorNotReady) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        C10_THROW_ERROR(DistBackendError, "mccl " + op_->name + ": wait timed out after " +
+                                              std::to_string(timeout.count()) + "ms on rank " +
+                                              std::to_string(op_->rank) + " (of " + std::to_string(op_->size) +
+                                              " ranks)");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
   }
 
   void wait_on_host() const {
