@@ -114,14 +114,21 @@ def test_mlp_fuses_and_matches_cpu_without_fallback():
     assert "fused group" in mc.dump()
 
 
-def test_dynamic_shapes_compile_once():
-    counter = torch._dynamo.testing.CompileCounterWithBackend("mydev")
+def check_dynamic_compiles_once(backend):
+    """dynamic=True over three batch sizes: outputs equal eager, and the frame compiles once."""
+    import torch._dynamo.testing
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).to(DEV)
     compiled = torch.compile(model, backend=counter, dynamic=True)
     for batch in (3, 5, 9):
         x = torch.randn(batch, 8, device=DEV)
         torch.testing.assert_close(compiled(x), model(x))
     assert counter.frame_count == 1
+
+
+def test_dynamic_shapes_compile_once():
+    check_dynamic_compiles_once("mydev")
     assert mc.counters()["graphs_eager"] == 0
 
 

@@ -11,6 +11,7 @@ import my_device
 from my_device import ops
 from test_compiler import (  # noqa: F401  (_fresh_dynamo: a fixture)
     _fresh_dynamo,
+    check_dynamic_compiles_once,
     compiled_training_in_strict_mode,
     train_compiled_and_eager,
 )
@@ -59,13 +60,7 @@ def test_kernels_are_queued_not_run_on_the_host():
 
 
 def test_no_graph_break_and_dynamic_compiles_once():
-    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
-    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).to(DEV)
-    compiled = torch.compile(model, backend=counter, dynamic=True)
-    for batch in (3, 5, 9):
-        x = torch.randn(batch, 8, device=DEV)
-        torch.testing.assert_close(compiled(x), model(x))
-    assert counter.frame_count == 1
+    check_dynamic_compiles_once("inductor")
 
 
 def test_fullgraph_with_custom_ops():
