@@ -16,7 +16,8 @@
 #include "core/Launch.h"
 #include "core/Stream.h"
 #include "native/Fallback.h"
-#include "native/HostKernelOps.h"
+#include "native/hostkernel/Breakdown.h"
+#include "native/hostkernel/Registration.h"
 
 namespace my_device::compiler {
 void init_bindings(pybind11::module& parent);  // compiler/Bindings.cpp
@@ -194,6 +195,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     MYDEV_CHECK(mydevTestSetStreamDelay(stream_handle(stream), microseconds));
   });
   m.def("_test_inject_kernel_failure", &inject_kernel_failure);
+  // bench/bench_launch.py --breakdown: turns the host kernel's stage timing on
+  // or off and returns the totals since the last call (ns per stage, calls).
+  m.def("_host_kernel_breakdown", [](bool enable) {
+    auto totals = breakdown::take();
+    breakdown::g_enabled.store(enable);
+    return totals;
+  });
   // A kernel that keeps running, on the device's current stream, until released:
   // returns once it has started, so tests can act while a kernel provably runs.
   m.def("_test_launch_hold", [](int device) {

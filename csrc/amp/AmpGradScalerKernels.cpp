@@ -22,7 +22,7 @@
 
 #include "core/KernelArgs.h"
 #include "core/Launch.h"
-#include "native/HostKernel.h"
+#include "native/hostkernel/HostKernel.h"
 
 namespace my_device::amp {
 namespace {

@@ -17,7 +17,7 @@
 #include "core/KernelArgs.h"
 #include "core/Launch.h"
 #include "native/Factory.h"
-#include "native/HostKernel.h"
+#include "native/hostkernel/HostKernel.h"
 
 namespace my_device::compiler {
 

@@ -15,8 +15,8 @@
 #include <torch/library.h>
 
 #include "Factory.h"
-#include "HostKernel.h"
-#include "QueuedHostKernel.h"
+#include "hostkernel/HostKernel.h"
+#include "hostkernel/MetaCache.h"
 #include "core/KernelArgs.h"
 
 namespace my_device {

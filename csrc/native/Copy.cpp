@@ -8,7 +8,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include "HostKernel.h"
+#include "hostkernel/HostKernel.h"
 #include "core/KernelArgs.h"
 
 namespace my_device {

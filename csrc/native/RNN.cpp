@@ -23,7 +23,7 @@
 #include <tuple>
 
 #include "Factory.h"
-#include "HostKernel.h"
+#include "hostkernel/HostKernel.h"
 #include "core/KernelArgs.h"
 #include "core/Launch.h"
 

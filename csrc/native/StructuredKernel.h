@@ -27,7 +27,7 @@
 #include <type_traits>
 
 #include "Factory.h"
-#include "HostKernel.h"
+#include "hostkernel/HostKernel.h"
 #include "core/JobPool.h"
 #include "core/KernelArgs.h"
 #include "core/Launch.h"

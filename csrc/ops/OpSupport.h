@@ -18,7 +18,7 @@
 #include <string>
 #include <tuple>
 
-#include "native/HostKernel.h"
+#include "native/hostkernel/HostKernel.h"
 
 namespace my_device::ops {
 

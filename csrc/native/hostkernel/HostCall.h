@@ -1,5 +1,5 @@
 #pragma once
-// Host kernels: PyTorch's own CPU kernels executed on mydev memory.
+// HostCall: PyTorch's own CPU kernels executed on mydev memory.
 //
 // The emulated device's memory is host memory, so the CPU implementation of an
 // op *is* the device's kernel: it only has to be pointed at the device bytes.
@@ -14,7 +14,7 @@
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
-#include "Sparse.h"
+#include "native/Sparse.h"
 #include "core/Device.h"
 #include "core/Launch.h"
 
@@ -110,10 +110,5 @@ bool is_optional_generator(const c10::Argument& arg);
 // A mydev Generator argument, or None for a Generator? one, replaced by a CPU
 // engine drawn from the mydev generator (see next_engine); `v` otherwise.
 c10::IValue host_generator(const c10::IValue& v, const c10::Argument& arg, c10::DeviceIndex device);
-
-// The boxed host kernel, usable for any op whose CPU kernel is registered.
-void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
-// The operator overload named "aten::name.overload" (or "aten::name"), looked up once.
-const c10::OperatorHandle& op_named(const char* label);
 
 } // namespace my_device

@@ -29,7 +29,8 @@
 #include <string_view>
 
 #include "HostKernel.h"
-#include "HostKernelOps.h"
+#include "Plan.h"
+#include "Registration.h"
 
 namespace my_device {
 namespace {
@@ -152,6 +153,21 @@ void register_all_host_kernels() {
       }
     }
     if (excluded) g_coverage.excluded.emplace_back(full, std::string(exclusion->reason));
+  }
+  // The in-place foreach ops have no CPU kernel: their composite kernel runs
+  // one op per tensor, on CPU as on mydev. As host kernels they are one
+  // queued kernel per call (Plan.h, Kind::InPlaceList), as CUDA's foreach
+  // kernels are one launch per chunk of tensors.
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    auto handle = dispatcher.findOp(name);
+    if (!handle || !handle->hasSchema() || !is_in_place_list_op(handle->schema()) ||
+        handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+        !handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) {
+      continue;
+    }
+    const std::string full = full_name(name);
+    libs[0]->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
+    g_coverage.host_kernel.push_back(full);
   }
   for (const auto& c : kCompositesOnHost) {
     const std::string full = "aten::" + std::string(c.name);

@@ -1,5 +1,5 @@
 #pragma once
-// The generic host-kernel registration (see HostKernelOps.cpp) and what it did.
+// The generic host-kernel registration (see Registration.cpp) and what it did.
 #include <string>
 #include <utility>
 #include <vector>

@@ -1,28 +1,13 @@
 #pragma once
+// Host-kernel calls queued on the stream (see QueuedHostKernel.cpp).
 #include <ATen/core/dispatch/Dispatcher.h>
-
-#include <optional>
-#include <vector>
 
 namespace my_device {
 
-// What the Meta kernel says of a call: each output's geometry and dtype.
-struct OutputSpec {
-  std::vector<int64_t> sizes, strides;
-  at::ScalarType dtype;
-};
-
-// The outputs `op`'s Meta kernel gives for the boxed arguments `args` (mydev
-// tensors stand in as Meta tensors of the same geometry), answered from a cache
-// by call signature after the first call; nullopt if it raised or left an
-// output undefined. For kernels that allocate their outputs before queueing.
-std::optional<std::vector<OutputSpec>> meta_outputs(const c10::OperatorHandle& op,
-                                                    const std::vector<c10::IValue>& args);
-
 // Queues the host kernel call on `stack` (the op's arguments) as a kernel on
 // `device`'s current stream, leaving its results on the stack, if the op and
-// the call allow it (see QueuedHostKernel.cpp). Returns false, with the stack
-// untouched, when the call must run in stream order now instead.
+// the call allow it (Plan.h). Returns false, with the stack untouched, when
+// the call must run in stream order now instead.
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
 // Call after the host kernel that queue_host_kernel just declined ran at the
 // call without error, with its `nreturns` results on top of `stack`: its

@@ -1,0 +1,138 @@
+#include "HostKernel.h"
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "Breakdown.h"
+#include "QueuedHostKernel.h"
+
+namespace my_device {
+
+namespace {
+
+constexpr c10::DeviceType kCPU = c10::DeviceType::CPU;
+
+[[noreturn]] void device_mismatch(c10::Device first, c10::Device other) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
+              first, " and ", other, "!");
+}
+
+// Finds the device of the call and rejects mixed devices, as CUDA does: a 0-dim
+// CPU tensor is a scalar and fine, as are CPU index tensors inside Tensor?[].
+class DeviceScan {
+ public:
+  void tensor(const at::Tensor& t, bool cpu_allowed) {
+    if (!t.defined()) return;
+    const c10::Device d = t.device();
+    if (d.type() == kMyDev) {
+      if (!device_) {
+        device_ = d;
+        if (other_) device_mismatch(*device_, *other_);
+      } else if (*device_ != d) {
+        device_mismatch(*device_, d);
+      }
+    } else if (!(d.type() == kCPU && (cpu_allowed || t.dim() == 0))) {
+      if (device_) device_mismatch(*device_, d);
+      if (!other_) other_ = d;
+    }
+  }
+  void device(const c10::Device& d) {
+    if (d.type() == kMyDev && !device_) device_ = d;
+  }
+  c10::DeviceIndex result() const {
+    if (!device_) return current_device();
+    return device_->has_index() ? device_->index() : current_device();
+  }
+
+ private:
+  std::optional<c10::Device> device_;
+  std::optional<c10::Device> other_;
+};
+
+} // namespace
+
+void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  const size_t first = stack->size() - nargs;
+  breakdown::Clock clock;
+
+  DeviceScan scan;
+  for (size_t i = first; i < stack->size(); ++i) {
+    const c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      scan.tensor(v.toTensor(), false);
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) scan.tensor(t, false);
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) scan.tensor(e.toTensor(), true);
+      }
+    } else if (v.isDevice()) {
+      scan.device(v.toDevice());
+    }
+  }
+  const c10::DeviceIndex device = scan.result();
+  check_device_index(device);
+  clock.mark(breakdown::kDeviceScan);
+  if (queue_host_kernel(op, stack, device)) {
+    breakdown::count(/*queued=*/true);
+    return;
+  }
+  breakdown::Clock inline_clock;
+
+  RuntimeDeviceGuard on_device(device);
+  launch_inline(device, [&] {
+    HostCall call(device);
+    auto host = [&](const at::Tensor& t) { return call.to_host(t); };
+    for (size_t i = first; i < stack->size(); ++i) {
+      c10::IValue& v = (*stack)[i];
+      if (v.isDevice() && v.toDevice().type() == kMyDev) {
+        v = c10::Device(kCPU);
+      } else {
+        v = map_tensors(host_generator(v, schema.arguments()[i - first], device), host);
+      }
+    }
+    // A sparse factory (no sparse argument) was dispatched here by its layout.
+    c10::DispatchKeySet keys = call.host_keys();
+    if (ks.has(c10::DispatchKey::SparsePrivateUse1)) keys = keys | c10::DispatchKeySet(c10::DispatchKey::SparseCPU);
+    if (ks.has(c10::DispatchKey::SparseCsrPrivateUse1)) {
+      keys = keys | c10::DispatchKeySet(c10::DispatchKey::SparseCsrCPU);
+    }
+    op.redispatchBoxed(keys, stack);
+    call.write_back();
+    const size_t nrets = schema.returns().size();
+    for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
+      c10::IValue& v = (*stack)[i];
+      if (v.isTensor()) {
+        v = call.to_device(v.toTensor());
+      } else if (v.isTensorList()) {
+        c10::List<at::Tensor> out;
+        out.reserve(v.toTensorList().size());
+        for (const at::Tensor& t : v.toTensorList()) out.push_back(call.to_device(t));
+        v = std::move(out);
+      }
+    }
+  });
+  confirm_queueable_dtypes(*stack, schema.returns().size());
+  inline_clock.mark(breakdown::kInline);
+  breakdown::count(/*queued=*/false);
+}
+
+const c10::OperatorHandle& op_named(const char* label) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, c10::OperatorHandle> ops;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = ops.find(label);
+  if (it == ops.end()) {
+    const std::string full(label);
+    const size_t dot = full.find('.');
+    const std::string name = full.substr(0, dot);
+    const std::string overload = dot == std::string::npos ? "" : full.substr(dot + 1);
+    it = ops.emplace(full, c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str())).first;
+  }
+  return it->second;
+}
+
+} // namespace my_device

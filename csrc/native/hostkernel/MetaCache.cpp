@@ -1,0 +1,136 @@
+// The Meta kernel's answers by call signature (MetaCache.h).
+#include "MetaCache.h"
+
+#include <ATen/EmptyTensor.h>
+
+#include <cmath>
+
+#include "HostCall.h"
+#include "Plan.h"
+#include "core/TensorImpl.h"
+
+namespace my_device {
+namespace {
+
+template <class T>
+void put(std::string& key, const T& value) {
+  key.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+void put_ints(std::string& key, c10::IntArrayRef values) {
+  put(key, values.size());
+  key.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+}
+
+// What value checks can tell apart: NaN, -inf, negative, zero, positive, +inf.
+uint8_t value_class(double x) {
+  if (std::isnan(x)) return 0;
+  if (std::isinf(x)) return x < 0 ? 1 : 5;
+  return x < 0 ? 2 : x == 0 ? 3 : 4;
+}
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kMyDev) return t;
+  at::Tensor m = at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type(), std::nullopt,
+                                                std::nullopt, std::nullopt);
+  m.unsafeGetTensorImpl()->_set_conj(t.is_conj());
+  m.unsafeGetTensorImpl()->_set_neg(t.is_neg());
+  return m;
+}
+
+} // namespace
+
+bool CallKey::add(const c10::IValue& v, bool exact) {
+  std::string& key = shape_;
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    put(key, 'T');
+    put(key, t.defined());
+    if (!t.defined()) return true;
+    put(key, t.device().type());
+    put(key, t.scalar_type());  // (not the storage offset: to_meta does not pass it on)
+    put(key, static_cast<uint8_t>(t.is_conj() | t.is_neg() << 1 |
+                                  t.unsafeGetTensorImpl()->is_wrapped_number() << 2));
+    put_ints(key, t.sizes());
+    put_ints(key, t.strides());
+    return true;
+  }
+  // (a generator's draws do not change shapes)
+  if (v.isNone() || v.isGenerator()) return put(key, 'N'), true;
+  if (v.isBool()) return put(key, 'b'), put(key, v.toBool()), true;
+  if (v.isInt()) return put(key, 'i'), put(key, v.toInt()), true;
+  if (v.isDouble()) {
+    put(key, 'd');
+    if (exact) return put(key, v.toDouble()), true;
+    put(key, value_class(v.toDouble()));
+    put(values_, v.toDouble());
+    return true;
+  }
+  if (v.isComplexDouble()) {
+    put(key, 'c');
+    put(values_, v.toComplexDouble());
+    return true;
+  }
+  if (v.isString()) {
+    const auto& str = v.toStringRef();
+    put(key, 's');
+    put(key, str.size());
+    key.append(str);
+    return true;
+  }
+  if (v.isDevice()) return put(key, 'D'), put(key, v.toDevice().type()), put(key, v.toDevice().index()), true;
+  if (v.isIntList()) return put(key, 'I'), put_ints(key, v.toIntVector()), true;
+  if (v.isList()) {
+    const auto list = v.toListRef();
+    put(key, 'L');
+    put(key, list.size());
+    for (const c10::IValue& e : list) {
+      if (!add(e, exact)) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+void CallKey::add_output(const c10::IValue& v) {
+  put(shape_, 'O');
+  put(shape_, v.isTensor() && v.toTensor().defined() ? v.toTensor().scalar_type() : at::ScalarType::Undefined);
+}
+
+std::optional<Answer> run_meta(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {
+  torch::jit::Stack meta;
+  meta.reserve(args.size());
+  for (const c10::IValue& v : args) meta.push_back(map_tensors(v, to_meta));
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  Specs specs;
+  for (const c10::IValue& r : meta) {
+    const at::Tensor& m = r.toTensor();
+    if (!m.defined()) return Answer();
+    specs.push_back({m.sizes().vec(), m.strides().vec(), m.scalar_type()});
+  }
+  return Answer(std::move(specs));
+}
+
+std::optional<Specs> meta_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {
+  const Plan& plan = plan_for(op);
+  thread_local CallKey key;
+  key.clear();
+  bool cacheable = true;
+  for (const c10::IValue& v : args) cacheable = cacheable && key.add(v, plan.exact_key);
+  if (cacheable) {
+    if (auto hit = plan.meta_cache.find(key.shape())) return *hit;
+  }
+  // (A copy: a Python Meta kernel may run finalisers that launch mydev ops on
+  // this thread and reuse its key buffer.)
+  const std::string shape_key = key.shape();
+  std::optional<Answer> answer = run_meta(op, args);
+  if (!answer) return std::nullopt;
+  if (cacheable) plan.meta_cache.insert(shape_key, *answer);
+  return *answer;
+}
+
+} // namespace my_device

@@ -1,0 +1,96 @@
+#pragma once
+// The Meta kernel's answers, cached by call signature.
+//
+// A queued host kernel allocates its outputs before its CPU kernel runs, so
+// their shapes come from the op's Meta kernel. Most of torch 2.13's Meta
+// kernels are Python functions (torch/_meta_registrations.py) costing 10-550 us
+// a call, more than the kernels they plan; but their answer depends only on
+// the arguments' dtypes, geometries and non-tensor values, so a training loop,
+// which repeats the same calls, asks each signature once.
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace my_device {
+
+// What the Meta kernel says of a call: each output's geometry and dtype.
+struct OutputSpec {
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype;
+};
+using Specs = std::vector<OutputSpec>;
+
+// A call's signature: what the Meta kernel (and the CPU kernel's argument
+// checks) can see of its arguments. Built into a buffer each thread reuses,
+// so a lookup allocates nothing.
+class CallKey {
+ public:
+  void clear() {
+    shape_.clear();
+    values_.clear();
+  }
+  // Appends what the Meta kernel can see of `v`; false for a kind of argument
+  // it cannot describe (the call is then not cached). Floating values change
+  // no output geometry but change every step in an optimizer (learning-rate
+  // schedules, bias corrections), so unless `exact` only their class goes
+  // into the shape key (what Meta kernels' value checks look at: a negative
+  // beta, an infinite norm order), and their exact value into values().
+  bool add(const c10::IValue& v, bool exact);
+  // An out= argument, which the Meta kernel is given empty: only its dtype counts.
+  void add_output(const c10::IValue& v);
+  const std::string& shape() const {
+    return shape_;
+  }
+  // shape() followed by the exact floating values: the key of argument checks
+  // that depend on values (see Plan::scalar_checks).
+  const std::string& exact() {
+    exact_.assign(shape_).append(values_);
+    return exact_;
+  }
+
+ private:
+  std::string shape_, values_, exact_;
+};
+
+// The answer for a signature: the outputs' specs, or nullopt for a call that
+// stays at the call (an output the Meta kernel left undefined, or one the CPU
+// kernel would shape differently: see fix_specs).
+using Answer = std::optional<Specs>;
+
+class MetaCache {
+ public:
+  std::shared_ptr<const Answer> find(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    return it == map_.end() ? nullptr : it->second;
+  }
+  std::shared_ptr<const Answer> insert(const std::string& key, Answer answer) const {
+    auto entry = std::make_shared<const Answer>(std::move(answer));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() >= kMaxEntries) map_.clear();  // shapes that keep changing: start over
+    map_.emplace(key, entry);
+    return entry;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 512;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const Answer>> map_;
+};
+
+// Runs `op`'s Meta kernel on `args` (mydev tensors stand in as Meta tensors of
+// the same geometry). nullopt if it raised: such calls are not cached, so the
+// error is raised again, by the CPU kernel at the call, every time.
+std::optional<Answer> run_meta(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args);
+
+// The outputs `op`'s Meta kernel gives for `args`, from the op's cache after
+// the first call; nullopt if it raised or left an output undefined. For
+// kernels of their own that allocate outputs before queueing (convolution).
+std::optional<Specs> meta_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args);
+
+} // namespace my_device

@@ -1,0 +1,464 @@
+// Host kernels queued on the stream instead of run at the call (Plan.h says
+// which calls may be, and how they are split).
+//
+// Eligible calls are queued at any size. Queueing small calls costs about a
+// microsecond more per op than running them at the call, but every op run at
+// the call first waits for the stream's queue to drain, so mixing the two
+// costs more: the demo's training step measured 1.26-1.59x CPU with calls
+// under 2^18 elements at the call, 0.98-1.02x with all queued.
+// MYDEV_QUEUE_MIN_ELEMENTS (the elements of all tensor arguments together)
+// sets a size below which calls run at the call instead.
+//
+// The per-call path is what every small op pays, so what can be decided once
+// per op is in its Plan, a call's signature is built into a reused buffer,
+// and the Meta cache hands out its answer without copying it.
+#include "QueuedHostKernel.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/strides.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "Breakdown.h"
+#include "HostCall.h"
+#include "MetaCache.h"
+#include "Plan.h"
+#include "core/KernelArgs.h"
+#include "core/Launch.h"
+#include "core/TensorImpl.h"
+#include "native/Factory.h"
+
+namespace my_device {
+namespace {
+
+// Calls `f` on each tensor of a boxed argument (a Tensor, a Tensor[] or a Tensor?[]).
+template <class F>
+void for_each_tensor(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) f(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) f(e.toTensor());
+    }
+  }
+}
+
+int64_t queue_min_elements() {
+  static const int64_t value = [] {
+    const char* v = std::getenv("MYDEV_QUEUE_MIN_ELEMENTS");
+    return v != nullptr && *v != '\0' ? std::atoll(v) : int64_t{0};
+  }();
+  return value;
+}
+
+// Which dtypes a CPU kernel supports is only known when it runs, and an
+// unsupported one must be reported at the call. Every op in queueable() has
+// float and double kernels (and bool ones for masks and conditions, alongside
+// floating tensors); other ops verify those too. Kernels for half, bfloat16 and the integer types most have, not
+// all: a call with those dtypes (or with only bool tensors) runs at the call
+// until one with the same dtype signature has run there without error
+// (confirm_queueable_dtypes), and is queued from then on.
+bool queueable_dtype(const at::Tensor& t) {
+  if (!t.defined()) return true;
+  if (t.layout() != c10::kStrided) return false;  // sparse: no Meta kernels to plan with
+  const auto d = t.scalar_type();
+  return at::isFloatingType(d) || d == at::kBool || at::isIntegralType(d, /*includeBool=*/false);
+}
+
+bool verified_dtype(const at::Tensor& t) {
+  return !t.defined() || t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble ||
+         t.scalar_type() == at::kBool;
+}
+
+int64_t elements(const c10::IValue& v) {
+  int64_t n = 0;
+  for_each_tensor(v, [&](const at::Tensor& t) { n += t.defined() ? t.numel() : 0; });
+  return n;
+}
+
+// What a call's tensors say about its dtypes.
+struct DtypeScan {
+  bool queueable = true;   // every tensor's dtype and layout can be queued
+  int floating = 0;        // floating tensors
+  bool integer = false;    // some integer tensor
+  bool unverified = false; // some dtype outside float, double and bool
+
+  void add(const c10::IValue& v, const ArgFacts& facts) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      const at::ScalarType d = t.scalar_type();
+      if (at::isFloatingType(d)) ++floating;
+      integer = integer || at::isIntegralType(d, /*includeBool=*/false);
+      unverified = unverified || !(d == at::kFloat || d == at::kDouble || d == at::kBool);
+      if (facts.indices && t.layout() == c10::kStrided && d == at::kLong) return;
+      queueable = queueable && queueable_dtype(t);
+    });
+  }
+};
+
+// The dtype signature a first run at the call confirms (VerifiedDtypes): each
+// tensor's dtype and whether it is contiguous (a CPU kernel may lay its
+// output out after a strided input's, which confirm_queueable_dtypes must see).
+void dtype_signature(const c10::IValue* args, size_t nargs, std::string& out) {
+  out.clear();
+  for (size_t i = 0; i < nargs; ++i) {
+    for_each_tensor(args[i], [&](const at::Tensor& t) {
+      out.push_back(t.defined() ? static_cast<char>(t.scalar_type()) : '-');
+      out.push_back(t.defined() && t.is_contiguous() ? 'c' : 's');
+    });
+  }
+}
+
+// The call waiting for its first run at the call to confirm its dtypes, and
+// what its Meta kernel said that run would return.
+thread_local const Plan* tls_unconfirmed_plan = nullptr;
+thread_local std::string tls_unconfirmed_signature;
+thread_local std::shared_ptr<const Answer> tls_unconfirmed_answer;
+
+// Scalar arguments are checked by CPU kernels that Meta kernels do not all
+// repeat: the random in-place ops' parameters (uniform_'s range, random_'s
+// bounds, bernoulli_'s p), and, in pointwise ops, whether a number fits the
+// tensors' dtype (fill_(1e300) on float, masked_fill of 1e30 into int64).
+// Running the CPU kernel on empty tensors of the arguments' dtypes, with a
+// generator of its own, makes those checks without computing or drawing
+// anything, and raises the CPU's error here, at the call, as CUDA checks a
+// scalar on the host before launching. Before the device's generator is drawn
+// from, so a failed call leaves its stream of numbers as it was. A set of
+// values that passed is not checked again.
+void check_arguments_on_empty_cpu(const c10::OperatorHandle& op, const Plan& plan, const c10::IValue* args,
+                                  CallKey& key) {
+  if (!plan.scalar_checks) return;
+  // (A copy: the CPU kernel may run Python, whose finalisers may launch mydev
+  // ops on this thread and reuse its key buffer.)
+  std::string exact = key.exact();
+  {
+    std::lock_guard<std::mutex> lock(plan.checked_mu);
+    if (plan.checked.count(exact)) return;
+  }
+  static const at::Generator scratch = at::make_generator<at::CPUGeneratorImpl>();
+  torch::jit::Stack stack;
+  for (size_t i = 0; i < plan.args.size(); ++i) {
+    const c10::IValue& v = args[i];
+    if (v.isTensor() && v.toTensor().defined()) {
+      stack.push_back(at::empty({0}, at::TensorOptions(v.toTensor().scalar_type())));
+    } else if (plan.args[i].generator) {
+      stack.push_back(scratch);
+    } else {
+      stack.push_back(v);
+    }
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+  std::lock_guard<std::mutex> lock(plan.checked_mu);
+  if (plan.checked.size() >= 512) plan.checked.clear();  // values that keep changing: start over
+  plan.checked.insert(std::move(exact));
+}
+
+// The Meta kernel's answer for the call (from the cache after the first time),
+// with every argument error raised now; null if the call must run at the call,
+// where the CPU kernel reports its own error or handles the data-dependent case.
+// An out= call's Meta kernel is given empty outputs of the same dtypes: it
+// then resizes them without PyTorch's warning (given outputs of the wrong
+// shape, it would warn here and the CPU kernel again), and the answer says
+// what shape the outputs must have.
+std::shared_ptr<const Answer> answer_for(const c10::OperatorHandle& op, const Plan& plan, const c10::IValue* args,
+                                         CallKey& key, bool cacheable) {
+  std::shared_ptr<const Answer> answer;
+  if (cacheable && (answer = plan.meta_cache.find(key.shape()))) {
+    check_arguments_on_empty_cpu(op, plan, args, key);
+    return answer;
+  }
+  // (A copy of the key, for the reason check_arguments_on_empty_cpu gives.)
+  const std::string shape_key = key.shape();
+  check_arguments_on_empty_cpu(op, plan, args, key);
+  std::vector<c10::IValue> meta_args(args, args + plan.args.size());
+  for (size_t i = 0; i < meta_args.size(); ++i) {
+    c10::IValue& v = meta_args[i];
+    // (Generators do not shape anything: the Meta kernel gets none.)
+    if (v.isGenerator()) v = c10::IValue();
+    if (plan.kind == Kind::Out && plan.args[i].written && v.isTensor() && v.toTensor().defined()) {
+      v = at::detail::empty_meta({0}, v.toTensor().scalar_type(), std::nullopt, std::nullopt, std::nullopt,
+                                 std::nullopt);
+    }
+  }
+  std::optional<Answer> computed = run_meta(op, meta_args);
+  if (!computed) return nullptr;  // not cached: the error is raised again at every call
+  if (*computed && !fix_specs(plan, args, **computed)) computed->reset();
+  if (cacheable) return plan.meta_cache.insert(shape_key, std::move(*computed));
+  return std::make_shared<const Answer>(std::move(*computed));
+}
+
+// Out: whether the caller's outputs can be handed to a queued kernel: strided
+// tensors on `device` with the dtypes and sizes the Meta kernel gives.
+//  - An empty output (composites such as abs pass one) is resized now, when
+//    the result is contiguous, every tensor input is, and none is the output
+//    itself (see resizable_with_contiguous_inputs). Otherwise the
+//    layout a resized output gets may differ between CPU and Meta kernels
+//    (exp.out's Meta kernel makes it contiguous, the CPU one channels-last
+//    like the input), so the CPU kernel decides, on the inline path.
+//  - A non-empty output of other sizes stays there too, where the CPU kernel
+//    resizes it with PyTorch's warning.
+//  - So does an output that partly overlaps an input: the Meta kernel sees
+//    separate meta tensors, so only the CPU kernel can raise PyTorch's overlap
+//    error at the call. (Full overlap, out= self, is what in-place composites
+//    pass.)
+bool outputs_ready(const std::vector<c10::IValue>& args, const std::vector<size_t>& written, const Specs& specs,
+                   c10::DeviceIndex device) {
+  // (An output that is also an input, as in the in-place composites, cannot
+  // be resized: the CPU's TensorIterator raises, and the Meta kernel, given a
+  // separate empty output, cannot know.)
+  auto resizable_with_contiguous_inputs = [&](const at::Tensor& out) {
+    bool ok = true;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (std::find(written.begin(), written.end(), i) != written.end()) continue;
+      map_tensors(args[i], [&](const at::Tensor& t) {
+        ok = ok && (!t.defined() || (t.is_contiguous() && !t.is_alias_of(out)));
+        return t;
+      });
+    }
+    return ok;
+  };
+  for (size_t k = 0; k < written.size(); ++k) {
+    const c10::IValue& v = args[written[k]];
+    if (!v.isTensor()) return false;
+    at::Tensor out = v.toTensor();
+    const OutputSpec& spec = specs[k];
+    if (!out.defined() || out.layout() != c10::kStrided || out.device() != c10::Device(kMyDev, device) ||
+        out.scalar_type() != spec.dtype) {
+      return false;
+    }
+    // (The specs are those of an empty output: see queue_host_kernel.)
+    if (out.sizes() != c10::IntArrayRef(spec.sizes)) {
+      const bool contiguous = c10::IntArrayRef(spec.strides) == c10::IntArrayRef(c10::contiguous_strides(spec.sizes));
+      if (out.numel() != 0 || !contiguous || !resizable_with_contiguous_inputs(out)) {
+        return false;
+      }
+      out.resize_(spec.sizes);
+    }
+    for (size_t i = 0; i < args.size(); ++i) {
+      // (two outputs sharing memory at all are left to the CPU kernel too)
+      const bool output = std::find(written.begin(), written.end(), i) != written.end();
+      bool clash = false;
+      map_tensors(args[i], [&](const at::Tensor& t) {
+        if (t.defined() && !t.is_same(out) && t.device() == out.device()) {
+          const auto status = at::get_overlap_status(t, out);
+          clash = clash || status == at::MemOverlapStatus::Partial ||
+                  (output && status == at::MemOverlapStatus::Full);
+        }
+        return t;
+      });
+      if (clash) return false;
+    }
+  }
+  return true;
+}
+
+// The queued kernel: the CPU kernel on host aliases of its own references to
+// the arguments and outputs.
+struct QueuedCall {
+  const Plan* plan;
+  c10::OperatorHandle op;
+  std::vector<c10::IValue> args;
+  std::vector<at::Tensor> outputs;
+  c10::DeviceIndex device;
+
+  void run() {
+    HostCall call(device);
+    auto host = [&](const at::Tensor& t) { return call.to_host(t); };
+    torch::jit::Stack stack;
+    stack.reserve(args.size() + outputs.size());
+    for (const c10::IValue& v : args) stack.push_back(map_tensors(v, host));
+    const c10::DispatchKeySet cpu(c10::DispatchKey::CPU);
+    switch (plan->kind) {
+      case Kind::Functional:
+        for (const at::Tensor& out : outputs) stack.push_back(call.to_host(out));
+        plan->out_op->redispatchBoxed(cpu, &stack);
+        check_geometry(stack, outputs);
+        break;
+      case Kind::FunctionalCopy:
+        op.redispatchBoxed(cpu, &stack);
+        // Outputs in the Meta kernel's layout: the copy takes any other, but the
+        // sizes must agree, as the caller already holds the outputs.
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          const at::Tensor& r = stack[i].toTensor();
+          TORCH_CHECK(r.sizes() == outputs[i].sizes() && r.scalar_type() == outputs[i].scalar_type(),
+                      "the CPU kernel gave output ", i, " sizes ", r.sizes(), " and dtype ", r.scalar_type(),
+                      ", the Meta kernel ", outputs[i].sizes(), " and ", outputs[i].scalar_type());
+          call.to_host(outputs[i]).copy_(r);
+        }
+        return;
+      case Kind::Out:
+        op.redispatchBoxed(cpu, &stack);
+        check_geometry(stack, outputs);
+        break;
+      case Kind::InPlace:
+        op.redispatchBoxed(cpu, &stack);
+        check_geometry(stack, {args[0].toTensor()});
+        break;
+      case Kind::InPlaceList:
+        op.redispatchBoxed(cpu, &stack);
+        break;
+      case Kind::Inline:
+        TORCH_INTERNAL_ASSERT(false, "an inline call was queued");
+    }
+    call.copy_back_reallocated();
+  }
+
+  // The Meta kernel promised the outputs' geometries (the job's own
+  // TensorImpls keep them as they were at the launch); the caller already
+  // holds the tensors, so a CPU kernel that disagreed would be a bug to
+  // report, not to fix up.
+  static void check_geometry(const torch::jit::Stack& results, c10::ArrayRef<at::Tensor> expected) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const at::Tensor& r = results[i].toTensor();
+      const at::Tensor& e = expected[i];
+      TORCH_CHECK(r.sizes() == e.sizes() && r.strides() == e.strides() && r.storage_offset() == e.storage_offset(),
+                  "the CPU kernel gave output ", i, " a different shape or strides (", r.sizes(), ", ", r.strides(),
+                  ") than the Meta kernel (", e.sizes(), ", ", e.strides(), ")");
+    }
+  }
+};
+
+} // namespace
+
+void confirm_queueable_dtypes(const torch::jit::Stack& stack, size_t nreturns) {
+  if (tls_unconfirmed_plan == nullptr) return;
+  const Plan& plan = *std::exchange(tls_unconfirmed_plan, nullptr);
+  const std::shared_ptr<const Answer> answer = std::exchange(tls_unconfirmed_answer, nullptr);
+  const Specs& specs = **answer;
+  bool agrees = nreturns == specs.size() && stack.size() >= nreturns;
+  // (A functional op's queued out= kernel keeps the layout it is given only
+  // where its CPU kernel would choose that layout itself: max_unpool2d makes
+  // a channels-last output for a channels-last input, Meta a contiguous one.)
+  const bool layout_matters = plan.kind == Kind::Functional;
+  for (size_t k = 0; agrees && k < nreturns; ++k) {
+    const c10::IValue& r = stack[stack.size() - nreturns + k];
+    agrees = r.isTensor() && r.toTensor().sizes() == c10::IntArrayRef(specs[k].sizes) &&
+             r.toTensor().scalar_type() == specs[k].dtype &&
+             (!layout_matters || r.toTensor().numel() <= 1 || r.toTensor().strides() == c10::IntArrayRef(specs[k].strides));
+  }
+  if (!agrees) {
+    plan.verified.refute();
+    return;
+  }
+  plan.verified.insert(std::move(tls_unconfirmed_signature));
+}
+
+bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
+  breakdown::Clock clock;
+  tls_unconfirmed_plan = nullptr;  // (an earlier call's run at the call failed)
+  const Plan& plan = plan_for(op);
+  if (plan.kind == Kind::Inline || plan.verified.refuted()) return false;
+  const size_t nargs = plan.args.size();
+  const size_t first = stack->size() - nargs;
+  const c10::IValue* args = stack->data() + first;
+
+  DtypeScan dtypes;
+  for (size_t i = 0; i < nargs; ++i) {
+    dtypes.add(args[i], plan.args[i]);
+    if (args[i].isDevice() && args[i].toDevice().type() == kMyDev) {
+      return false;  // factories: their CPU out= kernels would not see the device
+    }
+  }
+  if (!dtypes.queueable) return false;
+  if (dtypes.integer && dtypes.floating == 0 && plan.integer_values_checked) return false;
+  // (not every op has bool kernels)
+  const bool unverified = dtypes.floating == 0 || !plan.floating_known || dtypes.unverified;
+  std::string signature;
+  bool unconfirmed = false;  // the call needs a first run at the call
+  if (unverified) {
+    dtype_signature(args, nargs, signature);
+    unconfirmed = !plan.verified.contains(signature);
+  }
+  if (const int64_t min = queue_min_elements(); min > 0) {
+    int64_t n = 0;
+    for (size_t i = 0; i < nargs; ++i) n += elements(args[i]);
+    if (n < min) return false;
+  }
+  clock.mark(breakdown::kPlan);
+
+  thread_local CallKey key;
+  key.clear();
+  bool cacheable = true;
+  for (size_t i = 0; i < nargs && cacheable; ++i) {
+    if (plan.kind == Kind::Out && plan.args[i].written) {
+      key.add_output(args[i]);
+    } else {
+      cacheable = key.add(args[i], plan.exact_key);
+    }
+  }
+  clock.mark(breakdown::kKey);
+
+  std::shared_ptr<const Answer> answer = answer_for(op, plan, args, key, cacheable);
+  clock.mark(breakdown::kMeta);
+  if (!answer || !*answer) return false;
+  const Specs& specs = **answer;
+  if (unconfirmed) {
+    // Runs at the call; confirm_queueable_dtypes checks its outputs against specs.
+    tls_unconfirmed_plan = &plan;
+    tls_unconfirmed_signature = std::move(signature);
+    tls_unconfirmed_answer = std::move(answer);
+    return false;
+  }
+
+  // What the caller gets back.
+  std::vector<at::Tensor> outputs;
+  if (plan.kind == Kind::Functional || plan.kind == Kind::FunctionalCopy) {
+    outputs.reserve(specs.size());
+    for (const OutputSpec& spec : specs) {
+      outputs.push_back(empty_device(spec.sizes, spec.strides, at::TensorOptions(spec.dtype).device(kMyDev, device)));
+    }
+  } else if (plan.kind == Kind::InPlace) {
+    const at::Tensor& self = args[0].toTensor();
+    if (!(self.sizes() == c10::IntArrayRef(specs[0].sizes) && self.strides() == c10::IntArrayRef(specs[0].strides))) {
+      return false;  // an in-place op that restrides self: keep that on the calling thread
+    }
+    outputs.push_back(self);
+  } else if (plan.kind == Kind::Out) {
+    const std::vector<c10::IValue> argv(args, args + nargs);
+    if (!outputs_ready(argv, plan.written, specs, device)) return false;
+    for (size_t i : plan.written) outputs.push_back(args[i].toTensor());
+  }
+  clock.mark(breakdown::kOutputs);
+
+  // The kernel works on the inputs as they are now: a caller that restrides
+  // one afterwards (resize_, t_, as_strided_; soft_margin_loss's composite
+  // out= resizes its output between two queued kernels) must not change what
+  // an already-launched kernel reads, as it would not on a GPU. So the job
+  // has TensorImpls of its own, over leases where it can (KernelArgs.h).
+  auto job = std::make_unique<QueuedCall>(QueuedCall{&plan, op, {}, {}, device});
+  job->args.assign(std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
+                   std::make_move_iterator(stack->end()));
+  stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  KernelArgs held(device);
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = job->args[i];
+    // Random ops draw their CPU engine now, once nothing can send the call to
+    // the inline path (which draws its own), so the stream of numbers follows
+    // launch order, as with inline host kernels.
+    if (plan.args[i].generator) v = host_generator(v, op.schema().arguments()[i], device);
+    v = map_tensors(v, [&](const at::Tensor& t) { return held.own(t); });
+  }
+  if (plan.kind == Kind::Functional || plan.kind == Kind::FunctionalCopy) {
+    job->outputs.reserve(outputs.size());
+    for (const at::Tensor& out : outputs) job->outputs.push_back(held.own(out));
+  } else if (plan.kind == Kind::Out) {
+    for (size_t i : plan.written) job->outputs.push_back(job->args[i].toTensor());  // (already the job's own)
+  }
+  for (at::Tensor& out : outputs) stack->push_back(std::move(out));
+  clock.mark(breakdown::kJob);
+
+  launch_async(device, plan.label.c_str(), [job = std::move(job)] { job->run(); });
+  clock.mark(breakdown::kLaunch);
+  return true;
+}
+
+} // namespace my_device
