@@ -10,6 +10,9 @@
 // nested tensors (layout=torch.jagged) are Python subclasses over ordinary
 // mydev tensors and need nothing here.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/_nested_tensor_size_native.h>
+#include <ATen/ops/_nested_tensor_storage_offsets_native.h>
+#include <ATen/ops/_nested_tensor_strides_native.h>
 #include <torch/library.h>
 
 namespace my_device {
@@ -24,6 +27,16 @@ void reject_nested(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) 
 
 TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&reject_nested>());
+}
+
+// The metadata accessors read the NestedTensorImpl's own CPU metadata, on any
+// device. Autograd asks for the sizes when a nested tensor that requires grad
+// is built; rejected, that error was thrown where autograd cannot pass it on,
+// and ended the process.
+TORCH_LIBRARY_IMPL(aten, NestedTensorPrivateUse1, m) {
+  m.impl("_nested_tensor_size", TORCH_FN(at::native::_nested_tensor_size));
+  m.impl("_nested_tensor_strides", TORCH_FN(at::native::_nested_tensor_strides));
+  m.impl("_nested_tensor_storage_offsets", TORCH_FN(at::native::_nested_tensor_storage_offsets));
 }
 
 } // namespace

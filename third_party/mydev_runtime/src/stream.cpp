@@ -846,8 +846,14 @@ namespace {
 mydevError_t launch(mydevStream_t stream, mydevHostFn_t fn, void* user_data, const char* label) {
   if (mydevError_t e = ensureInitialized()) return e;
   if (!fn) return mydevErrorInvalidValue;
-  std::shared_ptr<S> s;
-  if (mydevError_t e = resolveStream(stream, &s)) return e;
+  // A default stream lives as long as the process, so a launch onto one
+  // (most launches) takes no reference: two atomic operations on a count the
+  // worker's shared_ptr shares, on every launch.
+  std::shared_ptr<S> user;
+  if (stream) {
+    if (mydevError_t e = resolveStream(stream, &user)) return e;
+  }
+  const std::shared_ptr<S>& s = stream ? user : table().defaults[static_cast<size_t>(currentDevice())];
   if (config().launch_blocking && t_worker_stream != s.get()) {
     // Synchronous launches run in the caller, in stream order: handing each one
     // to the worker and sleeping until it is done costs two thread wake-ups.

@@ -1,0 +1,242 @@
+"""Launch overhead of small ops and small training steps: mydev against CPU, in one process (issue 19).
+
+Run: python bench/bench_launch.py [--threads N] [--repeat R] [--sections add,ops,top,steps] [--breakdown]
+     python bench/bench_launch.py --sections add --runs 10 --interval 180   (the add loop, spread out)
+
+Sections (each prints the median time on each device and the ratio mydev/CPU; lower is better):
+  add    the 1-element add loop: 20,000 calls of a + b, synchronised at the end
+  ops    issue 19's table of ops on (4, 16) float32 inputs (the optimizer's foreach ops on
+         four 16x16 tensors, as an optimizer step calls them)
+  top    the 20 aten ops most called by the demo's training step (SmallNet, AdamW) and a
+         transformer layer's (nn.TransformerEncoderLayer(128, 4, 256), SGD), each replayed
+         with the arguments of its first call in that step (recorded on CPU)
+  steps  whole training steps: tiny (Linear(16,16)-Tanh-Linear(16,4), batch 4, AdamW), the
+         demo's SmallNet, an MLP, a small CNN and the transformer layer
+--breakdown adds, per op of `ops`, where the host time of mydev's generic host-kernel path goes
+(my_device._C._host_kernel_breakdown): finding the device, the plan, the call key, the Meta cache,
+the outputs, the kernel's own references, the launch. Ops with kernels of their own (structured
+pointwise ops, mm) do not take that path and show no stages.
+Targets (issue 19): every op and the add loop <= 1.15x, the tiny step <= 1.15x, the larger steps <= 1.0x.
+Run it with MYDEV_LAUNCH_BLOCKING=1 too, for the synchronous figures.
+"""
+import copy
+import datetime
+import time
+from collections import Counter
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+import my_device  # noqa: F401
+from common import median_seconds, parse_args
+
+
+def _sync(device):
+    return torch.mydev.synchronize if device == "mydev" else (lambda: None)
+
+
+def _ratio_line(name, cpu, mydev, extra=""):
+    print(f"{name:<40} cpu {cpu * 1e6:9.2f} us   mydev {mydev * 1e6:9.2f} us   ratio {mydev / cpu:5.2f}x{extra}",
+          flush=True)
+    return mydev / cpu
+
+
+# -- the add loop ---------------------------------------------------------------------------------
+
+def add_loop(args):
+    for run in range(args.runs):
+        if run:
+            time.sleep(args.interval)
+        times = {}
+        for device in ("cpu", "mydev"):
+            a, b = torch.randn(1, device=device), torch.randn(1, device=device)
+            times[device] = median_seconds(lambda: a + b, 20000, args.repeat, _sync(device))
+        stamp = datetime.datetime.now().strftime("%H:%M:%S")
+        _ratio_line(f"add, 1 element, run {run + 1} at {stamp}", times["cpu"], times["mydev"])
+
+
+# -- issue 19's table ------------------------------------------------------------------------------
+
+def _table_inputs(device):
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g).to(device)
+
+    return {"a": r(4, 16), "b": r(4, 16), "w": r(16, 16), "bias": r(16),
+            "target": torch.randint(0, 16, (4,), generator=g).to(device),
+            "params": [r(16, 16) for _ in range(4)], "grads": [r(16, 16) for _ in range(4)]}
+
+
+TABLE = {
+    "add": lambda d: torch.add(d["a"], d["b"]),
+    "tanh": lambda d: torch.tanh(d["a"]),
+    "sum": lambda d: d["a"].sum(),
+    "log_softmax": lambda d: torch.log_softmax(d["a"], 1),
+    "_foreach_add_": lambda d: torch._foreach_add_(d["params"], d["grads"]),
+    "_foreach_lerp_ (AdamW)": lambda d: torch._foreach_lerp_(d["params"], d["grads"], 0.1),
+    "clamp": lambda d: torch.clamp(d["a"], -1, 1),
+    "zeros_like": lambda d: torch.zeros_like(d["a"]),
+    "nll_loss": lambda d: F.nll_loss(d["a"], d["target"]),
+    "where": lambda d: torch.where(d["a"] > 0, d["a"], d["b"]),
+    "addmm": lambda d: torch.addmm(d["bias"], d["a"], d["w"]),
+    "mul_": lambda d: d["a"].mul_(1.0),
+}
+
+
+def _stages(totals, calls):
+    parts = [f"{k} {v / calls / 1e3:.2f}" for k, v in totals if k not in ("queued", "inline") and v]
+    counts = dict(totals)
+    return (f"   [{', '.join(parts)} us; {counts['queued'] / calls:.0f} queued, "
+            f"{counts['inline'] / calls:.0f} at the call per op]") if parts else ""
+
+
+def table(args):
+    ratios = []
+    for name, fn in TABLE.items():
+        times, extra = {}, ""
+        for device in ("cpu", "mydev"):
+            d = _table_inputs(device)
+            times[device] = median_seconds(lambda: fn(d), 2000, args.repeat, _sync(device))
+            if device == "mydev" and args.breakdown:
+                torch.mydev.synchronize()
+                my_device._C._host_kernel_breakdown(True)
+                for _ in range(2000):
+                    fn(d)
+                torch.mydev.synchronize()
+                extra = _stages(my_device._C._host_kernel_breakdown(False), 2000)
+        ratios.append(_ratio_line(name, times["cpu"], times["mydev"], extra))
+    return ratios
+
+
+# -- the most called ops of two training steps ---------------------------------------------------
+
+class _Recorder(TorchDispatchMode):
+    """Counts the aten ops a step dispatches and keeps the arguments of each one's first call."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts, self.first = Counter(), {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        key = str(func)
+        self.counts[key] += 1
+        if key not in self.first:
+            clone = lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x  # noqa: E731
+            self.first[key] = (func, tree_map(clone, args), tree_map(clone, kwargs))
+        return func(*args, **kwargs)
+
+
+def _train_step(model, opt, x, target):
+    opt.zero_grad(set_to_none=True)
+    out = model(x)
+    loss = F.cross_entropy(out, target) if target is not None else (out * out).mean()
+    loss.backward()
+    opt.step()
+
+
+def _demo():
+    from my_device.demo import SmallNet
+    g = torch.Generator().manual_seed(0)
+    return SmallNet(), torch.randn(16, 3, 16, 16, generator=g), torch.randint(0, 10, (16,), generator=g), \
+        lambda p: torch.optim.AdamW(p, lr=1e-2)
+
+
+def _transformer():
+    torch.manual_seed(0)
+    return nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True), torch.randn(8, 32, 128), None, \
+        lambda p: torch.optim.SGD(p, lr=1e-2)
+
+
+def _tiny():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4)), torch.randn(4, 16), \
+        torch.randint(0, 4, (4,)), lambda p: torch.optim.AdamW(p, lr=1e-2)
+
+
+def _mlp():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 10))
+    return m, torch.randn(64, 256), torch.randint(0, 10, (64,)), lambda p: torch.optim.SGD(p, lr=1e-2)
+
+
+def _cnn():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
+                      nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
+    return m, torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,)), lambda p: torch.optim.SGD(p, lr=1e-2)
+
+
+def _record(build):
+    model, x, target, make_opt = build()
+    opt = make_opt(model.parameters())
+    _train_step(model, opt, x, target)  # (optimizer state exists from here on)
+    recorder = _Recorder()
+    with recorder:
+        _train_step(model, opt, x, target)
+    return recorder
+
+
+def top(args):
+    counts, first = Counter(), {}
+    for build in (_demo, _transformer):
+        rec = _record(build)
+        counts.update(rec.counts)
+        for k, v in rec.first.items():
+            first.setdefault(k, v)
+    ratios = []
+    for name, calls in counts.most_common(20):
+        func, cargs, ckwargs = first[name]
+        times = {}
+        for device in ("cpu", "mydev"):
+            move = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
+            a, k = tree_map(move, cargs), tree_map(move, ckwargs)
+            if "device" in k:
+                k["device"] = torch.device(device)
+            times[device] = median_seconds(lambda: func(*a, **k), 500, args.repeat, _sync(device))
+        ratios.append(_ratio_line(f"{name} ({calls} calls)", times["cpu"], times["mydev"]))
+    return ratios
+
+
+# -- whole steps -----------------------------------------------------------------------------------
+
+STEPS = {"tiny": (_tiny, 300), "demo": (_demo, 30), "mlp": (_mlp, 20), "cnn": (_cnn, 10),
+         "transformer": (_transformer, 10)}
+
+
+def steps(args):
+    ratios = []
+    for name, (build, inner) in STEPS.items():
+        model, x, target, make_opt = build()
+        times = {}
+        for device in ("cpu", "mydev"):
+            m = copy.deepcopy(model).to(device)
+            opt = make_opt(m.parameters())
+            xd, td = x.to(device), target.to(device) if target is not None else None
+            times[device] = median_seconds(lambda: _train_step(m, opt, xd, td), inner, args.repeat, _sync(device))
+        ratios.append(_ratio_line(f"{name} training step", times["cpu"], times["mydev"]))
+    return ratios
+
+
+SECTIONS = {"add": add_loop, "ops": table, "top": top, "steps": steps}
+
+
+def main():
+    def extra(p):
+        p.add_argument("--sections", default="add,ops,top,steps")
+        p.add_argument("--breakdown", action="store_true", help="per-stage host time of the generic path")
+        p.add_argument("--runs", type=int, default=1, help="add section: how many runs")
+        p.add_argument("--interval", type=float, default=0.0, help="add section: seconds between runs")
+
+    args = parse_args(__doc__, repeat=9, extra=extra)
+    for section in args.sections.split(","):
+        print(f"-- {section}", flush=True)
+        SECTIONS[section](args)
+
+
+if __name__ == "__main__":
+    main()

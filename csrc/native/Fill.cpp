@@ -1,0 +1,76 @@
+// Filling with zeros: zero_, and fill_ with a zero, as one queued memset.
+//
+// zeros, zeros_like and new_zeros are empty + zero_, and autograd and the
+// optimizers zero buffers on every step. As a host kernel, zero_ paid the
+// generic path (plan, call key, Meta cache, boxed CPU call) for what is a
+// memset of the tensor's bytes when they are dense. Other tensors (overlapping
+// or strided views), and fills with other values, stay host kernels.
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
+
+#include <cstring>
+
+#include "core/KernelArgs.h"
+#include "core/Launch.h"
+#include "core/TensorImpl.h"
+#include "hostkernel/HostKernel.h"
+
+namespace my_device {
+namespace {
+
+// A dense tensor's elements fill [data_ptr, data_ptr + nbytes) exactly (strides are never negative).
+bool memset_fills(const at::Tensor& self) {
+  return self.device().type() == kMyDev && self.layout() == c10::kStrided && !self.is_neg() && !self.is_conj() &&
+         self.is_non_overlapping_and_dense();
+}
+
+void queue_memset_zero(const at::Tensor& self) {
+  const c10::DeviceIndex device = self.device().index();
+  const size_t nbytes = static_cast<size_t>(self.numel()) * self.element_size();
+  if (nbytes == 0) return;
+  KernelArgs held(device);
+  launch_async(device, "aten::zero_", [data = self.data_ptr(), nbytes, keep = held.keep(self.storage())] {
+    std::memset(kernel_address(data), 0, nbytes);
+  });
+}
+
+at::Tensor& host_kernel_call(const char* label, at::Tensor& self, std::optional<c10::IValue> value) {
+  torch::jit::Stack stack{self};
+  if (value) stack.push_back(*value);
+  host_kernel(op_named(label), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
+  return self;
+}
+
+at::Tensor& zero_(at::Tensor& self) {
+  if (!memset_fills(self)) return host_kernel_call("aten::zero_", self, std::nullopt);
+  queue_memset_zero(self);
+  return self;
+}
+
+// All bytes zero: +0 (not -0.0, whose sign bit is set), false, 0j.
+bool is_all_zero_bits(const at::Scalar& value) {
+  if (value.isBoolean()) return !value.toBool();
+  if (value.isIntegral(/*includeBool=*/false)) return value.toLong() == 0;
+  if (value.isFloatingPoint()) return value.toDouble() == 0.0 && !std::signbit(value.toDouble());
+  if (value.isComplex()) {
+    const auto z = value.toComplexDouble();
+    return z == c10::complex<double>(0, 0) && !std::signbit(z.real()) && !std::signbit(z.imag());
+  }
+  return false;
+}
+
+at::Tensor& fill_(at::Tensor& self, const at::Scalar& value) {
+  if (!memset_fills(self) || !is_all_zero_bits(value) || value.isSymbolic()) {
+    return host_kernel_call("aten::fill_.Scalar", self, c10::IValue(value));
+  }
+  queue_memset_zero(self);
+  return self;
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("zero_", TORCH_FN(zero_));
+  m.impl("fill_.Scalar", TORCH_FN(fill_));
+}
+
+} // namespace
+} // namespace my_device
