@@ -350,6 +350,35 @@ def _patch_data_loader():
     _redirected["torch.utils.data.DataLoader"] = "pin_memory_device 'cuda' -> 'mydev'"
 
 
+def _patch_inductor_system_key():
+    # Inductor keys its on-disk cache by the host's GPU, read through torch.cuda.get_device_properties:
+    # with torch.cuda answering for mydev, it took mydev's properties for a ROCm device's
+    # (torch.version.cuda is None) and failed on the missing `gcnArchName`, so torch.compile's default
+    # backend failed after the import. While the key is computed (once; it is cached) the function answers
+    # as on a host without CUDA, which this host is (RuntimeError, which Inductor expects then).
+    # Waits for the import, as importing Inductor costs about a second.
+    def no_cuda_device(*args, **kwargs):
+        raise RuntimeError("no CUDA device (torch.cuda is redirected to mydev)")
+
+    def patch(codecache):
+        original = codecache.CacheBase.get_system
+
+        @functools.cache
+        def get_system():
+            redirected = torch.cuda.get_device_properties
+            torch.cuda.get_device_properties = no_cuda_device
+            try:
+                return original()
+            finally:
+                torch.cuda.get_device_properties = redirected
+
+        # uncached, for test_transfer_to_mydev.py, which notices when this is no longer needed
+        get_system._torch_original = getattr(original, "__wrapped__", original)
+        codecache.CacheBase.get_system = staticmethod(get_system)
+
+    my_device.when_imported("torch._inductor.codecache", patch)
+
+
 def redirections() -> dict:
     """What this module redirected: {"torch.cuda.synchronize": "torch.mydev.synchronize", ...}."""
     return dict(_redirected)
@@ -362,6 +391,7 @@ def not_redirected() -> list:
 
 
 def _install():
+    _patch_inductor_system_key()
     _patch_device()
     _patch_device_arguments()
     _patch_cuda_methods()

@@ -266,6 +266,22 @@ def compiled(x):
 
 
 compiled_out = compiled(torch.arange(3.0))
+
+
+@torch.compile   # Inductor, torch.compile's default backend
+def inductor_compiled(x):
+    return torch.relu(x.to(torch.device("cuda")) - 1).to(torch.device("cpu"))
+
+
+inductor_out = inductor_compiled(torch.arange(4.0))
+# Why transfer_to_mydev computes Inductor's cache key itself: Inductor's own reads the redirected
+# torch.cuda.get_device_properties as a ROCm device's.
+import torch._inductor.codecache
+try:
+    torch._inductor.codecache.CacheBase.get_system._torch_original()
+    inductor_own_key = "ok"
+except AttributeError as e:
+    inductor_own_key = str(e)
 s = torch.cuda.Stream(device="cuda:1")
 with torch.cuda.stream(s):
     on_stream = torch.ones(3, device="cuda:1") * 2
@@ -295,6 +311,7 @@ print(json.dumps({
                str(torch.jit.script(scripted_after.pick)(None)),
                str(torch.jit.script(scripted_after.pick)(torch.device("cuda", 1)))],
     "compiled": [str(compiled_out.device), compiled_out.cpu().tolist()],
+    "inductor": [str(inductor_out.device), inductor_out.tolist(), inductor_own_key],
     "stream": [s.device_index, isinstance(s, torch.cuda.Stream),
                isinstance(torch.cuda.current_stream(), torch.cuda.Stream),
                isinstance(s, torch.mydev.Stream), on_stream.cpu().tolist()],
@@ -320,5 +337,7 @@ def test_torch_device_cuda_is_mydev(python_subprocess):
     assert f["made_before"] == ["cuda:1", "mydev:1"]
     assert f["script"] == ["mydev", "cpu", "mydev:1"]
     assert f["compiled"] == ["mydev:1", [1.0, 3.0, 5.0]]
+    # When the last item fails, Inductor reads mydev's properties itself and the get_system patch can go.
+    assert f["inductor"] == ["cpu", [0.0, 0.0, 1.0, 2.0], "'_DeviceProperties' object has no attribute 'gcnArchName'"]
     assert f["stream"] == [1, True, True, True, [2.0, 2.0, 2.0]]
     assert f["bad"] == "Invalid device string: 'cuda:x'"
