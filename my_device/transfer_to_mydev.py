@@ -41,8 +41,9 @@ _CUDA = re.compile(r"^cuda(:\d+)?$")
 _redirected: dict = {}
 
 
-# The C type, kept: after the import `torch.device` names the redirecting class below.
+# The C types, kept: after the import `torch.device` and `torch.Generator` name redirecting classes.
 _real_device = torch.device
+_real_generator = torch.Generator
 
 
 def _device(value):
@@ -106,6 +107,11 @@ def _redirect_devices(fn, name):
         return fn(*args, **kwargs)
 
     _redirected[name] = "device arguments 'cuda[:N]' -> 'mydev[:N]'"
+    # TorchScript compiles a call to an ATen function (torch.zeros...) by the function's identity, and would
+    # try to compile the wrapper's Python source instead: the wrapper stands for the same operator there.
+    op = torch.jit._builtins._find_builtin(fn)
+    if op is not None:
+        torch.jit._builtins._register_builtin(wrapper, op)
     return wrapper
 
 
@@ -138,7 +144,7 @@ def _patch_device_arguments():
     # torch.Generator is a C type and generators made by torch (torch.default_generator, the devices'
     # default ones) are instances of it: the replacement builds a real torch.Generator, and answers
     # isinstance()/issubclass() for it, so both kinds pass type checks.
-    real = torch.Generator
+    real = _real_generator
 
     class _GeneratorType(type(real)):
         def __instancecheck__(cls, obj):
@@ -196,8 +202,9 @@ def _patch_device():
     torch.device = _Device
     _redirected["torch.device"] = ("torch.device('cuda'[, N]) builds torch.device('mydev'[, N]) (so "
                                    "`with torch.device('cuda'):` makes mydev the default device)")
-    # TorchScript recognises a device annotation by identity with `torch.device` as it is when a function
-    # is compiled; annotations written before the import hold the C type. Both spellings mean a device.
+    # TorchScript recognises a device (generator) annotation by identity with `torch.device`
+    # (`torch.Generator`) as it is when a function is compiled; annotations written before the import hold
+    # the C type. Both spellings mean a device (generator).
     import torch.jit.annotations as annotations
 
     original = annotations.try_ann_to_type
@@ -206,6 +213,8 @@ def _patch_device():
     def try_ann_to_type(ann, *args, **kwargs):
         if ann is _real_device or ann is _Device:
             return torch._C.DeviceObjType.get()
+        if ann is _real_generator or ann is torch.Generator:
+            return torch._C._GeneratorType.get()
         return original(ann, *args, **kwargs)
 
     annotations.try_ann_to_type = try_ann_to_type

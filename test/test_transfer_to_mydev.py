@@ -225,7 +225,8 @@ except TypeError:
 src = tempfile.mkdtemp()
 sys.path.insert(0, src)
 with open(os.path.join(src, "scripted_before.py"), "w") as f:
-    f.write("import torch\ndef kind(d: torch.device) -> str:\n    return d.type\n")
+    f.write("import torch\ndef kind(d: torch.device) -> str:\n    return d.type\n"
+            "def draw(g: torch.Generator) -> torch.Tensor:\n    return torch.rand(2, generator=g)\n")
 import scripted_before
 
 import my_device.transfer_to_mydev
@@ -233,7 +234,8 @@ import my_device.transfer_to_mydev
 with open(os.path.join(src, "scripted_after.py"), "w") as f:
     f.write("from typing import Optional\nimport torch\n"
             "def pick(d: Optional[torch.device]) -> torch.device:\n"
-            "    return d if d is not None else torch.device('cpu')\n")
+            "    return d if d is not None else torch.device('cpu')\n"
+            "def make(d: torch.device) -> torch.Tensor:\n    return torch.zeros(2, device=d)\n")
 import scripted_after
 
 
@@ -309,7 +311,10 @@ print(json.dumps({
     "made_before": [str(cuda_made_before), str(torch.zeros(1, device=cuda_made_before).device)],
     "script": [torch.jit.script(scripted_before.kind)(torch.device("cuda", 1)),
                str(torch.jit.script(scripted_after.pick)(None)),
-               str(torch.jit.script(scripted_after.pick)(torch.device("cuda", 1)))],
+               str(torch.jit.script(scripted_after.pick)(torch.device("cuda", 1))),
+               str(torch.jit.script(scripted_after.make)(torch.device("cuda", 1)).device),
+               torch.equal(torch.jit.script(scripted_before.draw)(torch.Generator().manual_seed(3)),
+                           torch.rand(2, generator=torch.Generator().manual_seed(3)))],
     "compiled": [str(compiled_out.device), compiled_out.cpu().tolist()],
     "inductor": [str(inductor_out.device), inductor_out.tolist(), inductor_own_key],
     "stream": [s.device_index, isinstance(s, torch.cuda.Stream),
@@ -335,7 +340,7 @@ def test_torch_device_cuda_is_mydev(python_subprocess):
     assert f["pickle"] == ["mydev:1", "cpu", "mydev:1"]
     # a CUDA device object built before the import stays one; device arguments still redirect it
     assert f["made_before"] == ["cuda:1", "mydev:1"]
-    assert f["script"] == ["mydev", "cpu", "mydev:1"]
+    assert f["script"] == ["mydev", "cpu", "mydev:1", "mydev:1", True]
     assert f["compiled"] == ["mydev:1", [1.0, 3.0, 5.0]]
     # When the last item fails, Inductor reads mydev's properties itself and the get_system patch can go.
     assert f["inductor"] == ["cpu", [0.0, 0.0, 1.0, 2.0], "'_DeviceProperties' object has no attribute 'gcnArchName'"]
