@@ -22,20 +22,28 @@ import torch
 _BACKEND = "mydev"
 
 
-def _sequences(nt):
+def _sequences(nt, lengths_of):
     """The dense [heads, length, dim] tensors of a jagged [batch, heads, j, dim] tensor."""
     values = nt.transpose(1, 2).values()                 # [sum of lengths, heads, dim]
-    lengths = nt.offsets().diff().tolist()
-    return [v.transpose(0, 1) for v in values.split(lengths)]
+    return [v.transpose(0, 1) for v in values.split(lengths_of(nt.offsets()))]
 
 
 def _math_attention(query, key, value, dropout_p, scale, enable_gqa):
     from torch.nested._internal.nested_tensor import nested_view_from_values_offsets_lengths
 
+    # The split needs the lengths on the host (as PyTorch's path): one read per distinct offsets tensor
+    # (self-attention's query, key and value share theirs).
+    read = {}
+
+    def lengths_of(offsets):
+        if id(offsets) not in read:
+            read[id(offsets)] = offsets.diff().tolist()
+        return read[id(offsets)]
+
     outputs = [
         torch._scaled_dot_product_attention_math(q, k, v, None, dropout_p, False, scale=scale,
                                                  enable_gqa=enable_gqa)[0].transpose(0, 1)
-        for q, k, v in zip(_sequences(query), _sequences(key), _sequences(value))
+        for q, k, v in zip(*(_sequences(t, lengths_of) for t in (query, key, value)))
     ]
     return nested_view_from_values_offsets_lengths(
         torch.cat(outputs),
