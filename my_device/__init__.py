@@ -54,6 +54,10 @@ from . import _dlpack  # noqa: E402
 
 _dlpack.install()
 
+from . import _nested_sdpa  # noqa: E402
+
+_nested_sdpa.install()
+
 # After _register(): swiglu's mydev kernel is registered under the device's name.
 from . import ops  # noqa: E402
 

@@ -16,6 +16,14 @@ PyTorch's own method. `test/test_dlpack.py::test_torch_still_rejects_renamed_bac
 calls PyTorch's original method and fails once PyTorch handles renamed backends,
 which is when this patch should go.
 
+Stream ordering (`Tensor.__dlpack__(stream=...)`), as for CUDA tensors: the consumer passes the
+stream it will use the memory on, and the producer makes that stream wait (with an event) for
+the work queued so far on the tensor device's current stream. A mydev stream's handle is its
+`stream_id` (`torch.mydev.current_stream().stream_id`; 0 is a device's default stream), on the
+tensor's device. `stream=None` means the default stream; `stream=-1` (PyTorch's default) means
+no synchronisation. PyTorch's own `__dlpack__` only synchronises CUDA tensors, hence the second
+patch; `test_dlpack.py::test_torch_does_not_order_renamed_backend_streams` notices when that changes.
+
 A consumer that cannot address mydev memory gets the capsule's device and
 refuses it (NumPy: "Unsupported device in DLTensor"), as it does for CUDA
 tensors; `from_dlpack(t, device="cpu")` (or NumPy's `device="cpu"`) asks the
@@ -24,6 +32,8 @@ producer for a host copy instead.
 import enum
 
 import torch
+
+from . import _C
 
 _BACKEND = "mydev"
 
@@ -35,7 +45,55 @@ def _mydev_dlpack_device(self):
     return (DLDeviceType.kDLExtDev, index)
 
 
+def _consumer_stream(stream, index: int):
+    """The mydev stream on device `index` named by a DLPack `stream` argument (None: the default one)."""
+    if stream is None:
+        return torch.mydev.default_stream(index)
+    if type(stream) is not int:
+        # PyTorch's own check and message, which it applies to every device.
+        raise TypeError("stream must be ``int`` or ``none``")
+    try:
+        _C._stream_priority(stream, index)   # validates the id and its device
+    except RuntimeError as e:
+        raise ValueError(f"unsupported stream on mydev:{index}: {stream} (a DLPack stream for a mydev tensor is "
+                         f"the stream_id of a stream of the tensor's device, None or -1): {e}") from None
+    producer = torch.mydev.current_stream(index)
+    return torch.mydev.Stream(stream_id=stream, device_index=index, device_type=producer.device_type)
+
+
+def _order_consumer_stream(tensor, stream) -> None:
+    if stream == -1 and type(stream) is int:
+        return
+    index = tensor.device.index if tensor.device.index is not None else torch.mydev.current_device()
+    consumer = _consumer_stream(stream, index)
+    producer = torch.mydev.current_stream(index)
+    if consumer != producer:
+        consumer.wait_event(producer.record_event())
+
+
 def install() -> None:
+    _install_dlpack_device()
+    _install_dlpack()
+
+
+def _install_dlpack() -> None:
+    original = torch.Tensor.__dlpack__
+    if getattr(original, "_mydev_patch", False):
+        return
+
+    def __dlpack__(self, *, stream=-1, max_version=None, dl_device=None, copy=None):
+        if self.device.type == _BACKEND and not torch.overrides.has_torch_function_unary(self):
+            _order_consumer_stream(self, stream)
+            stream = -1   # done: PyTorch's method (which synchronises CUDA only) need not see it
+        return original(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    __dlpack__.__doc__ = original.__doc__
+    __dlpack__._mydev_patch = True
+    __dlpack__._torch_original = original
+    torch.Tensor.__dlpack__ = __dlpack__
+
+
+def _install_dlpack_device() -> None:
     original = torch.Tensor.__dlpack_device__
     if getattr(original, "_mydev_patch", False):
         return
@@ -55,4 +113,10 @@ def install() -> None:
 def torch_original_dlpack_device():
     """PyTorch's own Tensor.__dlpack_device__ (for the test that notices when the patch is no longer needed)."""
     method = torch.Tensor.__dlpack_device__
+    return getattr(method, "_torch_original", method)
+
+
+def torch_original_dlpack():
+    """PyTorch's own Tensor.__dlpack__ (for the test that notices when the patch is no longer needed)."""
+    method = torch.Tensor.__dlpack__
     return getattr(method, "_torch_original", method)

@@ -2,10 +2,14 @@
 
 Importing this module patches torch for the rest of the process (there is no undo), so that:
 
-- device arguments naming CUDA ("cuda", "cuda:1", torch.device("cuda", 1)) name mydev instead, in the
-  tensor factories (`torch.zeros(..., device="cuda")`, `torch.tensor`, `*_like`, `arange`, ...),
-  `Tensor.to`, `Tensor.new_*`, `Tensor.pin_memory`, `Module.to`, `Module.to_empty`,
-  `torch.set_default_device`, `torch.Generator(device=...)`,
+- `torch.device("cuda")`, `torch.device("cuda", 1)`, `torch.device("cuda:1")` build mydev devices (so
+  `with torch.device("cuda"):` makes mydev the default device, and `t.device == torch.device("cuda", 0)`
+  holds for a tensor on mydev:0); `torch.device` is then a class standing for the C type, which
+  `isinstance`, `type(d) == torch.device`, pickling, TorchScript and Dynamo accept as the C type;
+- device arguments naming CUDA ("cuda", "cuda:1", a CUDA torch.device built before the import) name
+  mydev instead, in the tensor factories (`torch.zeros(..., device="cuda")`, `torch.tensor`, `*_like`,
+  `arange`, ...), `Tensor.to`, `Tensor.new_*`, `Tensor.pin_memory`, `Module.to`, `Module.to_empty`,
+  `torch.set_default_device`, `torch.Generator(device=...)`, `torch.cuda.Stream(device=...)`,
   `torch.load(map_location=...)` (and checkpoints saved from CUDA load onto mydev when no map_location
   is given), `DataLoader(pin_memory_device=...)`, `torch.autocast`/`torch.amp.autocast`,
   `torch.amp.GradScaler`, `torch.amp.custom_fwd/custom_bwd` and the autocast state queries
@@ -16,11 +20,10 @@ Importing this module patches torch for the rest of the process (there is no und
   and `torch.cuda.is_bf16_supported()` answers for mydev.
 
 `redirections()` lists what was redirected and `not_redirected()` the torch.cuda names left alone (they
-behave as on a machine without CUDA). What cannot be redirected is listed in the README: a
-`torch.device("cuda")` object itself stays a CUDA device (so `t.device == torch.device("cuda")` and
-`t.device.type == "cuda"` are false for mydev tensors), CUDA-only APIs (graphs, NCCL, NVTX, jiterator,
-cuDNN/cuBLAS settings, custom CUDA or Triton kernels), legacy `torch.cuda.FloatTensor` types, and
-device strings passed to functions outside the list above.
+behave as on a machine without CUDA). What cannot be redirected is listed in the README: `t.device.type`
+is "mydev", not "cuda"; CUDA-only APIs (graphs, NCCL, NVTX, jiterator, cuDNN/cuBLAS settings, custom
+CUDA or Triton kernels), legacy `torch.cuda.FloatTensor` types, `torch.device("cuda")` inside TorchScript
+code, and device strings passed to functions outside the list above.
 """
 import functools
 import inspect
@@ -38,13 +41,59 @@ _CUDA = re.compile(r"^cuda(:\d+)?$")
 _redirected: dict = {}
 
 
+# The C types, kept: after the import `torch.device` and `torch.Generator` name redirecting classes.
+_real_device = torch.device
+_real_generator = torch.Generator
+
+
 def _device(value):
     """`value` with CUDA swapped for mydev, when it names a CUDA device; otherwise `value` itself."""
     if isinstance(value, str) and _CUDA.match(value):
         return "mydev" + value[4:]
-    if isinstance(value, torch.device) and value.type == "cuda":
-        return torch.device("mydev", value.index)
+    if isinstance(value, _real_device) and value.type == "cuda":
+        return _real_device("mydev", value.index)
     return value
+
+
+class _DeviceType(type):
+    """Metaclass of the redirecting `torch.device`: the class stands for the C type wherever code compares,
+    hashes or type-checks against it. Devices are only ever instances of the C type (the class builds
+    them), so `isinstance(d, torch.device)` must ask the C type; and since torch keeps the C type in sets
+    and dicts built at import (Dynamo's constant-folded classes and guard globals, pytree's constant types)
+    and tests `type(d) in (torch.device, ...)`, the class hashes and compares equal to it."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, _real_device)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, _real_device)
+
+    def __eq__(cls, other):
+        return other is cls or other is _real_device
+
+    def __ne__(cls, other):
+        return not (other is cls or other is _real_device)
+
+    def __hash__(cls):
+        return hash(_real_device)
+
+
+class _Device(metaclass=_DeviceType):
+    # torch.device is a C type whose constructor cannot be patched, so `torch.device` is replaced by this
+    # class, which returns a real torch.device with CUDA swapped for mydev. Named `torch.device` so that
+    # pickling a device (its __reduce__ names `torch.device`) finds it and unpickling a CUDA device
+    # gives a mydev one.
+    def __new__(cls, *args, **kwargs):
+        if args:
+            args = (_device(args[0]),) + args[1:]
+        if "type" in kwargs:
+            kwargs["type"] = _device(kwargs["type"])
+        return _real_device(*args, **kwargs)
+
+
+_Device.__name__ = _Device.__qualname__ = "device"
+_Device.__module__ = "torch"
+_Device.__doc__ = _real_device.__doc__
 
 
 def _redirect_devices(fn, name):
@@ -58,6 +107,11 @@ def _redirect_devices(fn, name):
         return fn(*args, **kwargs)
 
     _redirected[name] = "device arguments 'cuda[:N]' -> 'mydev[:N]'"
+    # TorchScript compiles a call to an ATen function (torch.zeros...) by the function's identity, and would
+    # try to compile the wrapper's Python source instead: the wrapper stands for the same operator there.
+    op = torch.jit._builtins._find_builtin(fn)
+    if op is not None:
+        torch.jit._builtins._register_builtin(wrapper, op)
     return wrapper
 
 
@@ -90,7 +144,7 @@ def _patch_device_arguments():
     # torch.Generator is a C type and generators made by torch (torch.default_generator, the devices'
     # default ones) are instances of it: the replacement builds a real torch.Generator, and answers
     # isinstance()/issubclass() for it, so both kinds pass type checks.
-    real = torch.Generator
+    real = _real_generator
 
     class _GeneratorType(type(real)):
         def __instancecheck__(cls, obj):
@@ -144,6 +198,51 @@ def _device_context():
     return device
 
 
+def _patch_device():
+    torch.device = _Device
+    _redirected["torch.device"] = ("torch.device('cuda'[, N]) builds torch.device('mydev'[, N]) (so "
+                                   "`with torch.device('cuda'):` makes mydev the default device)")
+    # TorchScript recognises a device (generator) annotation by identity with `torch.device`
+    # (`torch.Generator`) as it is when a function is compiled; annotations written before the import hold
+    # the C type. Both spellings mean a device (generator).
+    import torch.jit.annotations as annotations
+
+    original = annotations.try_ann_to_type
+
+    @functools.wraps(original)
+    def try_ann_to_type(ann, *args, **kwargs):
+        if ann is _real_device or ann is _Device:
+            return torch._C.DeviceObjType.get()
+        if ann is _real_generator or ann is torch.Generator:
+            return torch._C._GeneratorType.get()
+        return original(ann, *args, **kwargs)
+
+    annotations.try_ann_to_type = try_ann_to_type
+    # ...and a `torch.device(...)` call in scripted code by identity too: it compiles to aten::device
+    # (which runs in TorchScript's interpreter, so a "cuda" string there stays CUDA; see the README).
+    torch.jit._builtins._register_builtin(_Device, "aten::device")
+
+
+def _stream_type():
+    """torch.cuda.Stream: a mydev Stream whose `device` may name CUDA. Streams made by torch.mydev
+    (current_stream(), ...) are instances of it too."""
+    base = torch.mydev.Stream
+
+    class _StreamType(type(base)):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, base)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, base)
+
+    class Stream(base, metaclass=_StreamType):
+        def __new__(cls, device=None, priority=0, **kwargs):
+            return base.__new__(base if cls is Stream else cls, _device(device), priority, **kwargs)
+
+    Stream.__doc__ = base.__doc__
+    return Stream
+
+
 def _patch_torch_cuda():
     import torch.cuda.amp
 
@@ -157,6 +256,8 @@ def _patch_torch_cuda():
             target = _redirect_devices(target, f"torch.cuda.{name}")
         elif target is mydev.device:
             target = _device_context()
+        elif target is mydev.Stream:
+            target = _stream_type()
         setattr(torch.cuda, name, target)
         _redirected[f"torch.cuda.{name}"] = f"torch.mydev.{name}"
     torch.cuda.is_bf16_supported = lambda including_emulation=True: torch.bfloat16 in mydev.get_amp_supported_dtype()
@@ -258,6 +359,35 @@ def _patch_data_loader():
     _redirected["torch.utils.data.DataLoader"] = "pin_memory_device 'cuda' -> 'mydev'"
 
 
+def _patch_inductor_system_key():
+    # Inductor keys its on-disk cache by the host's GPU, read through torch.cuda.get_device_properties:
+    # with torch.cuda answering for mydev, it took mydev's properties for a ROCm device's
+    # (torch.version.cuda is None) and failed on the missing `gcnArchName`, so torch.compile's default
+    # backend failed after the import. While the key is computed (once; it is cached) the function answers
+    # as on a host without CUDA, which this host is (RuntimeError, which Inductor expects then).
+    # Waits for the import, as importing Inductor costs about a second.
+    def no_cuda_device(*args, **kwargs):
+        raise RuntimeError("no CUDA device (torch.cuda is redirected to mydev)")
+
+    def patch(codecache):
+        original = codecache.CacheBase.get_system
+
+        @functools.cache
+        def get_system():
+            redirected = torch.cuda.get_device_properties
+            torch.cuda.get_device_properties = no_cuda_device
+            try:
+                return original()
+            finally:
+                torch.cuda.get_device_properties = redirected
+
+        # uncached, for test_transfer_to_mydev.py, which notices when this is no longer needed
+        get_system._torch_original = getattr(original, "__wrapped__", original)
+        codecache.CacheBase.get_system = staticmethod(get_system)
+
+    my_device.when_imported("torch._inductor.codecache", patch)
+
+
 def redirections() -> dict:
     """What this module redirected: {"torch.cuda.synchronize": "torch.mydev.synchronize", ...}."""
     return dict(_redirected)
@@ -270,6 +400,8 @@ def not_redirected() -> list:
 
 
 def _install():
+    _patch_inductor_system_key()
+    _patch_device()
     _patch_device_arguments()
     _patch_cuda_methods()
     _patch_torch_cuda()

@@ -6,6 +6,7 @@ import torch.utils.dlpack
 
 import my_device
 from my_device import _dlpack
+from conftest import delayed
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int8,
           torch.uint8, torch.bool, torch.complex64]
@@ -122,3 +123,84 @@ def test_consumer_without_the_device_gets_a_clear_error_and_device_still_works()
     torch.testing.assert_close((t * 2).cpu(), torch.arange(4.0) * 2)
     torch.mydev.synchronize()
 
+
+
+# Stream ordering: `__dlpack__(stream=...)` as on CUDA. The producer's kernel is held back on its
+# stream (the `delayed` test hook), so whether the consumer stream was made to wait for it shows in
+# the consumer stream's query(), and in what a kernel queued on the consumer stream reads.
+
+def test_torch_does_not_order_renamed_backend_streams():
+    # The reason for the __dlpack__ patch: PyTorch's own method synchronises CUDA tensors only and
+    # ignores `stream` for other devices. When this fails, PyTorch orders the consumer stream itself.
+    x = torch.arange(1000.0, device="mydev")
+    consumer = torch.mydev.Stream()
+    torch.mydev.synchronize()
+    with delayed(torch.mydev.current_stream()) as producer:
+        y = x + 1
+        _dlpack.torch_original_dlpack()(y, stream=consumer.stream_id)
+        assert not producer.query() and consumer.query()
+
+
+def test_consumer_stream_waits_for_queued_producer_work():
+    x = torch.arange(1000.0, device="mydev")
+    consumer = torch.mydev.Stream()
+    torch.mydev.synchronize()
+    with delayed(torch.mydev.current_stream()) as producer:
+        y = x * 2 + 1                                    # queued, held back, on the producer stream
+        capsule = y.__dlpack__(stream=consumer.stream_id)
+        assert not producer.query()
+        assert not consumer.query()                      # the consumer stream now waits for it
+        with torch.mydev.stream(consumer):
+            z = torch.from_dlpack(capsule) * 3           # queued on the consumer stream, after the wait
+        consumer.synchronize()                           # only the consumer stream is waited for
+        torch.testing.assert_close(z.cpu(), (torch.arange(1000.0) * 2 + 1) * 3)
+        assert producer.query()
+
+
+def test_consumer_stream_on_second_device_and_versioned_capsule():
+    x = torch.arange(100.0, device="mydev:1")
+    consumer = torch.mydev.Stream(device=1)
+    torch.mydev.synchronize(1)
+    with delayed(torch.mydev.current_stream(1)) as producer:
+        y = x - 5
+        capsule = y.__dlpack__(stream=consumer.stream_id, max_version=(1, 0))
+        assert not producer.query() and not consumer.query()
+        with torch.mydev.stream(consumer):
+            z = torch.from_dlpack(capsule).neg()
+        consumer.synchronize()
+        torch.testing.assert_close(z.cpu(), 5 - torch.arange(100.0))
+
+
+def test_stream_none_is_the_default_stream_and_minus_one_does_not_wait():
+    x = torch.arange(100.0, device="mydev")
+    side = torch.mydev.Stream()
+    torch.mydev.synchronize()
+    with torch.mydev.stream(side), delayed(side):        # producer: a side stream
+        y = x + 1
+        y.__dlpack__(stream=-1)
+        assert not side.query() and torch.mydev.default_stream().query()   # -1: no wait added
+        y.__dlpack__(stream=None)
+        assert not torch.mydev.default_stream().query()                   # None: the default stream waits
+        torch.mydev.default_stream().synchronize()
+        assert side.query()
+    # The producer's own current stream: nothing to order.
+    y.__dlpack__(stream=torch.mydev.current_stream().stream_id)
+
+
+def test_bad_stream_values_give_clear_errors_and_device_still_works():
+    t = torch.arange(4.0, device="mydev:1")
+    with pytest.raises(TypeError, match="stream must be ``int`` or ``none``"):
+        t.__dlpack__(stream="1")
+    with pytest.raises(TypeError, match="stream must be ``int`` or ``none``"):
+        t.__dlpack__(stream=torch.mydev.Stream(device=1))
+    with pytest.raises(ValueError, match=r"unsupported stream on mydev:1: 12345 .*Invalid mydev stream id 12345"):
+        t.__dlpack__(stream=12345)
+    on_device_0 = torch.mydev.Stream(device=0)
+    with pytest.raises(ValueError, match=r"unsupported stream on mydev:1: .*belongs to mydev:0, not mydev:1"):
+        t.__dlpack__(stream=on_device_0.stream_id)
+    with pytest.raises(ValueError, match="unsupported stream on mydev:1: -2"):
+        t.__dlpack__(stream=-2)
+    # After the errors: the tensor exports and the device computes.
+    u = torch.from_dlpack(t.__dlpack__(stream=torch.mydev.Stream(device=1).stream_id))
+    torch.testing.assert_close((u * 2).cpu(), torch.arange(4.0) * 2)
+    torch.mydev.synchronize(1)

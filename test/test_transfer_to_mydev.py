@@ -194,8 +194,7 @@ import my_device.transfer_to_mydev
 assert torch.zeros(1, device="cpu").device.type == "cpu"
 assert str(torch.zeros(1, device="mydev:1").device) == "mydev:1"
 assert torch.ones(1).to(torch.float64).dtype == torch.float64
-# A torch.device("cuda") object itself is not redirected (see the README).
-assert torch.device("cuda").type == "cuda"
+assert torch.device("cpu").type == "cpu" and torch.device("mydev", 1).index == 1
 try:
     torch.zeros(1, device="cuda:7")
 except RuntimeError as e:
@@ -203,3 +202,147 @@ except RuntimeError as e:
 ''')
     assert result.returncode == 0, result.stderr
     assert "error:" in result.stdout and "mydev" in result.stdout
+
+
+# Written for CUDA: the model moves with torch.device("cuda"), the data is built under the
+# `with torch.device("cuda"):` factory context, and the script compares devices as CUDA code does.
+# The same function runs with torch.device("cpu") for reference.
+DEVICE_SCRIPT = r"""
+import json, os, pickle, sys, tempfile
+import torch
+from torch import nn
+
+real_device = torch.device
+cuda_pickled = pickle.dumps(torch.device("cuda", 1))   # as pickled on a CUDA machine
+cuda_made_before = torch.device("cuda", 1)              # a device object built before the import
+# torch.device's constructor cannot be patched (why the module replaces the name `torch.device`).
+try:
+    real_device.__new__ = lambda *a: None
+    raise AssertionError("torch.device became patchable: transfer_to_mydev could patch it in place")
+except TypeError:
+    pass
+# TorchScript needs source files: one annotated before the import, one after.
+src = tempfile.mkdtemp()
+sys.path.insert(0, src)
+with open(os.path.join(src, "scripted_before.py"), "w") as f:
+    f.write("import torch\ndef kind(d: torch.device) -> str:\n    return d.type\n"
+            "def draw(g: torch.Generator) -> torch.Tensor:\n    return torch.rand(2, generator=g)\n")
+import scripted_before
+
+import my_device.transfer_to_mydev
+
+with open(os.path.join(src, "scripted_after.py"), "w") as f:
+    f.write("from typing import Optional\nimport torch\n"
+            "def pick(d: Optional[torch.device]) -> torch.device:\n"
+            "    return d if d is not None else torch.device('cpu')\n"
+            "def make(d: torch.device) -> torch.Tensor:\n    return torch.zeros(2, device=d)\n")
+import scripted_after
+
+
+def train(device):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    with device:
+        x = torch.linspace(-1, 1, 32 * 8).reshape(32, 8)
+        y = torch.sin(3 * x[:, :4]) + torch.ones(4)
+        data_device = str(x.device)
+    losses = []
+    for _ in range(4):
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model, losses, data_device
+
+
+model, losses, data_device = train(torch.device("cuda"))
+cpu_model, cpu_losses, _ = train(torch.device("cpu"))
+param = next(model.parameters())
+
+
+@torch.compile(backend="aot_eager", fullgraph=True)
+def compiled(x):
+    return x.to(torch.device("cuda", 1)) * 2 + torch.ones(3, device=torch.device("cuda", 1))
+
+
+compiled_out = compiled(torch.arange(3.0))
+
+
+@torch.compile   # Inductor, torch.compile's default backend
+def inductor_compiled(x):
+    return torch.relu(x.to(torch.device("cuda")) - 1).to(torch.device("cpu"))
+
+
+inductor_out = inductor_compiled(torch.arange(4.0))
+# Why transfer_to_mydev computes Inductor's cache key itself: Inductor's own reads the redirected
+# torch.cuda.get_device_properties as a ROCm device's.
+import torch._inductor.codecache
+try:
+    torch._inductor.codecache.CacheBase.get_system._torch_original()
+    inductor_own_key = "ok"
+except AttributeError as e:
+    inductor_own_key = str(e)
+s = torch.cuda.Stream(device="cuda:1")
+with torch.cuda.stream(s):
+    on_stream = torch.ones(3, device="cuda:1") * 2
+s.synchronize()
+try:
+    torch.device("cuda:x")
+    bad = None
+except RuntimeError as e:
+    bad = str(e)
+d = torch.device("cuda", 1)
+print(json.dumps({
+    "devices": [str(torch.device("cuda")), str(torch.device("cuda", 1)), str(torch.device("cuda:1")),
+                str(torch.device(type="cuda", index=1)), str(torch.device("cpu")), str(torch.device("mydev", 1))],
+    "param_device": str(param.device), "data_device": data_device,
+    "default_after": str(torch.get_default_device()),
+    "equal_device": param.device == torch.device("cuda", 0), "is_cuda": param.is_cuda,
+    "losses": losses, "cpu_losses": cpu_losses,
+    "params_close": all(torch.allclose(p.cpu(), q, atol=1e-5)
+                        for p, q in zip(model.parameters(), cpu_model.parameters())),
+    "isinstance": [isinstance(d, torch.device), isinstance("cuda", torch.device),
+                   isinstance(cuda_made_before, torch.device), issubclass(type(d), torch.device),
+                   type(d) == torch.device, type(d) in (torch.device,), type(d) is real_device],
+    "pickle": [str(pickle.loads(pickle.dumps(d))), str(pickle.loads(pickle.dumps(torch.device("cpu")))),
+               str(pickle.loads(cuda_pickled))],
+    "made_before": [str(cuda_made_before), str(torch.zeros(1, device=cuda_made_before).device)],
+    "script": [torch.jit.script(scripted_before.kind)(torch.device("cuda", 1)),
+               str(torch.jit.script(scripted_after.pick)(None)),
+               str(torch.jit.script(scripted_after.pick)(torch.device("cuda", 1))),
+               str(torch.jit.script(scripted_after.make)(torch.device("cuda", 1)).device),
+               torch.equal(torch.jit.script(scripted_before.draw)(torch.Generator().manual_seed(3)),
+                           torch.rand(2, generator=torch.Generator().manual_seed(3)))],
+    "compiled": [str(compiled_out.device), compiled_out.cpu().tolist()],
+    "inductor": [str(inductor_out.device), inductor_out.tolist(), inductor_own_key],
+    "stream": [s.device_index, isinstance(s, torch.cuda.Stream),
+               isinstance(torch.cuda.current_stream(), torch.cuda.Stream),
+               isinstance(s, torch.mydev.Stream), on_stream.cpu().tolist()],
+    "bad": bad,
+}))
+"""
+
+
+def test_torch_device_cuda_is_mydev(python_subprocess):
+    result = python_subprocess(DEVICE_SCRIPT, env={"MYDEV_FALLBACK": "error"})
+    assert result.returncode == 0, result.stderr
+    f = json.loads(result.stdout.strip().splitlines()[-1])
+    assert f["devices"] == ["mydev", "mydev:1", "mydev:1", "mydev:1", "cpu", "mydev:1"]
+    # the training script ran on mydev (model moved by a device object, data made in the device context)
+    assert f["param_device"] == "mydev:0" and f["data_device"] == "mydev:0" and f["default_after"] == "cpu"
+    assert f["equal_device"] is True and f["is_cuda"] is True
+    assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(f["losses"], f["cpu_losses"])), f
+    assert f["losses"][-1] < f["losses"][0] and f["params_close"] is True
+    # the replacement stands for the C type in type checks; devices are the C type's instances
+    assert f["isinstance"] == [True, False, True, True, True, True, True]
+    assert f["pickle"] == ["mydev:1", "cpu", "mydev:1"]
+    # a CUDA device object built before the import stays one; device arguments still redirect it
+    assert f["made_before"] == ["cuda:1", "mydev:1"]
+    assert f["script"] == ["mydev", "cpu", "mydev:1", "mydev:1", True]
+    assert f["compiled"] == ["mydev:1", [1.0, 3.0, 5.0]]
+    # When the last item fails, Inductor reads mydev's properties itself and the get_system patch can go.
+    assert f["inductor"] == ["cpu", [0.0, 0.0, 1.0, 2.0], "'_DeviceProperties' object has no attribute 'gcnArchName'"]
+    assert f["stream"] == [1, True, True, True, [2.0, 2.0, 2.0]]
+    assert f["bad"] == "Invalid device string: 'cuda:x'"
