@@ -59,6 +59,15 @@ def test_strided_nested_op_without_kernel_raises_clearly(call, op):
     _device_still_works()
 
 
+def test_strided_nested_tensor_that_requires_grad_is_built_and_raises_clearly():
+    # Autograd asks for the nested sizes as the tensor is built; that query used to end the process.
+    nt = torch.nested.as_nested_tensor([torch.randn(2, 3, device="mydev", requires_grad=True)])
+    assert nt.requires_grad and nt.is_nested
+    with pytest.raises(NotImplementedError, match="no kernel for strided nested tensors on mydev"):
+        torch.nested.to_padded_tensor(nt, 0.0)
+    _device_still_works()
+
+
 JAGGED_OPS = {
     "mul": lambda nt: nt * 2,
     "add": lambda nt: nt + nt,

@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import my_device
+
 from conftest import delayed
 
 
@@ -488,3 +490,74 @@ def test_an_op_whose_meta_kernel_disagrees_with_the_cpu_by_mode_stays_at_the_cal
         with pytest.raises(RuntimeError, match="not in the valid range"):
             F.embedding_bag(bad, weight, offsets)
     torch.mydev.synchronize()  # nothing left to report
+
+
+def _lists(device, n=3):
+    g = torch.Generator().manual_seed(7)
+    return [[torch.randn(4, 5, generator=g).to(device) for _ in range(n)] for _ in range(3)]
+
+
+FOREACH = {
+    "add_": lambda a, b, c: torch._foreach_add_(a, b, alpha=0.5),
+    "lerp_": lambda a, b, c: torch._foreach_lerp_(a, b, 0.1),
+    "addcdiv_": lambda a, b, c: torch._foreach_addcdiv_(a, b, c, value=-0.01),
+    "mul_ scalar list": lambda a, b, c: torch._foreach_mul_(a, [0.5, 2.0, -1.0]),
+    "sqrt_ of abs": lambda a, b, c: (torch._foreach_abs_(a), torch._foreach_sqrt_(a)),
+}
+
+
+@pytest.mark.parametrize("name", list(FOREACH))
+def test_in_place_foreach_ops_are_one_queued_kernel_per_call(name):
+    want = _lists("cpu")
+    FOREACH[name](*want)
+    got = _lists("mydev")
+    torch.mydev.synchronize()
+    my_device._C._host_kernel_breakdown(True)
+    _, was_queued = queued(FOREACH[name], *got)
+    counts = dict(my_device._C._host_kernel_breakdown(False))
+    assert was_queued
+    # One host-kernel call per foreach op (two for sqrt_ of abs), whatever the list length.
+    assert counts["queued"] == (2 if name == "sqrt_ of abs" else 1) and counts["inline"] == 0
+    for g, w in zip(got[0], want[0]):
+        torch.testing.assert_close(g.cpu(), w)
+
+
+def test_foreach_errors_come_at_the_call_and_lose_nothing():
+    a, b, _ = _lists("mydev")
+    before = [t.cpu() for t in a]
+    with pytest.raises(RuntimeError, match="same number of tensors|size of tensor"):
+        torch._foreach_add_(a, b[:2])
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        torch._foreach_add_(a, [torch.randn(3, 3, device="mydev")] * 3)
+    for t, w in zip(a, before):
+        torch.testing.assert_close(t.cpu(), w)
+    torch._foreach_add_(a, b)
+    torch.testing.assert_close(a[0].cpu(), before[0] + b[0].cpu())
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("zero_", lambda x: x.zero_()),
+    ("fill_ 0", lambda x: x.fill_(0)),
+    ("zeros_like", torch.zeros_like),
+    ("zero_ of a permuted view", lambda x: x.permute(2, 0, 1).zero_()),
+])
+def test_zeroing_dense_tensors_is_a_queued_memset(name, fn):
+    d = X.to("mydev").clone()
+    r, was_queued = queued(fn, d)
+    assert was_queued
+    torch.testing.assert_close(r.cpu(), fn(X.clone()))
+    assert not torch.signbit(r.cpu()).any()
+
+
+def test_zeroing_other_tensors_and_other_fills_keep_cpu_results():
+    d, x = X.to("mydev").clone(), X.clone()
+    for fn in (lambda t: t[:, ::2].zero_(), lambda t: t.fill_(-0.0), lambda t: t.fill_(2.5),
+               lambda t: t.expand(3, *t.shape)[0].zero_()):
+        torch.testing.assert_close(fn(d).cpu(), fn(x))
+        torch.testing.assert_close(d.cpu(), x)
+    assert torch.signbit(d.fill_(-0.0).cpu()).all()
+    # Overlapping memory (an expanded view) is no memset's business, and no error on CPU either.
+    ones = torch.ones(3, device="mydev")
+    ones.expand(2, 3).zero_()
+    torch.testing.assert_close(ones.cpu(), torch.zeros(3))
+    torch.testing.assert_close(d.add(1).cpu(), x.add(1))
