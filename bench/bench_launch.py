@@ -21,6 +21,7 @@ Run it with MYDEV_LAUNCH_BLOCKING=1 too, for the synchronous figures.
 """
 import copy
 import datetime
+import os
 import time
 from collections import Counter
 
@@ -46,6 +47,22 @@ def _ratio_line(name, cpu, mydev, extra=""):
 
 # -- the add loop ---------------------------------------------------------------------------------
 
+def _threads():
+    """Per thread of this process (Linux): name -> (voluntary, involuntary context switches, last CPU)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                cpu = int(f.read().rsplit(")", 1)[1].split()[36])
+        except (OSError, ValueError, IndexError):
+            continue
+        name = status["Name"].strip() + ("" if int(tid) != os.getpid() else " (host)")
+        out[name] = (int(status["voluntary_ctxt_switches"]), int(status["nonvoluntary_ctxt_switches"]), cpu)
+    return out
+
+
 def add_loop(args):
     for run in range(args.runs):
         if run:
@@ -53,9 +70,19 @@ def add_loop(args):
         times = {}
         for device in ("cpu", "mydev"):
             a, b = torch.randn(1, device=device), torch.randn(1, device=device)
+            before = _threads()
             times[device] = median_seconds(lambda: a + b, 20000, args.repeat, _sync(device))
+            after = _threads()
         stamp = datetime.datetime.now().strftime("%H:%M:%S")
         _ratio_line(f"add, 1 element, run {run + 1} at {stamp}", times["cpu"], times["mydev"])
+        if args.threads_report:
+            # Where the host/worker hand-off stands: a worker that sleeps between launches shows
+            # voluntary switches; host and worker sharing one CPU show up in the last-CPU column.
+            for name in sorted(after):
+                if name.startswith("mydev") or name.endswith("(host)"):
+                    v0, n0, _ = before.get(name, (0, 0, -1))
+                    v, n, cpu = after[name]
+                    print(f"    {name:<24} voluntary switches {v - v0:7d}, involuntary {n - n0:6d}, last on CPU {cpu}")
 
 
 # -- issue 19's table ------------------------------------------------------------------------------
@@ -231,6 +258,8 @@ def main():
         p.add_argument("--breakdown", action="store_true", help="per-stage host time of the generic path")
         p.add_argument("--runs", type=int, default=1, help="add section: how many runs")
         p.add_argument("--interval", type=float, default=0.0, help="add section: seconds between runs")
+        p.add_argument("--threads-report", action="store_true",
+                       help="add section: the host's and workers' context switches and CPUs per run")
 
     args = parse_args(__doc__, repeat=9, extra=extra)
     for section in args.sections.split(","):

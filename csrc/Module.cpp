@@ -117,6 +117,19 @@ double bench_cached_allocation(int64_t iterations, int64_t nbytes) {
   return std::chrono::duration<double, std::nano>(end - start).count() / static_cast<double>(iterations);
 }
 
+// Mean nanoseconds of one launch_async of an empty kernel onto the current
+// stream, the queue drained at the end: the launch path's own cost, with no
+// op around it (bench/bench_launch.py --breakdown).
+double bench_empty_launches(int64_t iterations) {
+  const c10::DeviceIndex device = current_device();
+  synchronize(device);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iterations; ++i) launch_async(device, "empty", [] {});
+  synchronize(device);
+  const auto end = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(end - start).count() / static_cast<double>(iterations);
+}
+
 // _test_launch_hold's kernel: queued, running, or told to finish.
 enum HoldState { kHoldQueued, kHoldRunning, kHoldReleased };
 std::atomic<int> g_hold{kHoldReleased};
@@ -188,6 +201,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(device))));
   });
   m.def("_bench_cached_allocation", &bench_cached_allocation);
+  m.def("_bench_empty_launches", &bench_empty_launches);
   // Test hooks: a stream whose worker waits before each task, and a kernel that fails when it runs.
   m.def("_test_set_stream_delay", [](int64_t id, int device, unsigned microseconds) {
     const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(kMyDev, static_cast<c10::DeviceIndex>(device)), id);

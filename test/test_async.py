@@ -358,7 +358,7 @@ def test_queued_kernels_do_not_keep_the_callers_python_objects_alive():
 
 
 def test_small_host_kernels_optimizer_foreach_ops_and_pooling_are_queued():
-    # (the foreach ops decompose into per-tensor in-place ops, each queued)
+    # (each in-place foreach op is one queued kernel for the whole list)
     x = torch.randn(4, 3, 8, 8)
     params = [torch.randn(16) for _ in range(3)]
     d, dparams = x.to("mydev"), [p.to("mydev") for p in params]

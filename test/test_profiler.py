@@ -90,8 +90,8 @@ def test_every_kernel_of_a_training_step_is_a_device_event():
         while op is not None and not op.kernels:
             op = op.cpu_parent
         return op
-    # Forward, backward and the optimizer's per-parameter updates, at least.
-    assert {"aten::addmm", "aten::relu", "aten::mm", "aten::threshold_backward", "aten::add_"} <= \
+    # Forward, backward and the optimizer's update (a foreach op: one kernel for all parameters), at least.
+    assert {"aten::addmm", "aten::relu", "aten::mm", "aten::threshold_backward", "aten::_foreach_add_"} <= \
         {launcher(e).name for e in ops if launcher(e) is not None}
     for op in ops:
         owner = launcher(op)

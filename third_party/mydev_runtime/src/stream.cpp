@@ -133,9 +133,13 @@ struct mydevStream_st {
   const size_t resume_at = queue_limit / 2;
   // Everything below is guarded by mu (the atomics are only written under it).
   mydev_detail::TaskRing queue;
-  std::atomic<uint64_t> enqueued{0};
-  std::atomic<uint64_t> completed{0};
-  std::thread worker;
+  // Each counter on a cache line of its own: an idle worker spins reading
+  // `enqueued` and synchronisers spin reading `completed`, and sharing a line
+  // with the mutex and the queue made every launch take that line back from
+  // the spinning core once more.
+  alignas(64) std::atomic<uint64_t> enqueued{0};
+  alignas(64) std::atomic<uint64_t> completed{0};
+  alignas(64) std::thread worker;
   bool worker_started = false;
   bool worker_sleeping = false;  // blocked on work_cv: the next enqueue must notify
   bool worker_exited = false;
