@@ -63,6 +63,18 @@ def _threads():
     return out
 
 
+def _cpu_times():
+    """Per CPU (Linux /proc/stat): (busy, steal) jiffies."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3].isdigit():
+                name, *v = line.split()
+                v = [int(x) for x in v]
+                out[name] = (sum(v[:3]) + sum(v[4:7]), v[7] if len(v) > 7 else 0)
+    return out
+
+
 def add_loop(args):
     for run in range(args.runs):
         if run:
@@ -70,9 +82,9 @@ def add_loop(args):
         times = {}
         for device in ("cpu", "mydev"):
             a, b = torch.randn(1, device=device), torch.randn(1, device=device)
-            before = _threads()
+            before, cpu_before = _threads(), _cpu_times()
             times[device] = median_seconds(lambda: a + b, 20000, args.repeat, _sync(device))
-            after = _threads()
+            after, cpu_after = _threads(), _cpu_times()
         stamp = datetime.datetime.now().strftime("%H:%M:%S")
         _ratio_line(f"add, 1 element, run {run + 1} at {stamp}", times["cpu"], times["mydev"])
         if args.threads_report:
@@ -83,6 +95,9 @@ def add_loop(args):
                     v0, n0, _ = before.get(name, (0, 0, -1))
                     v, n, cpu = after[name]
                     print(f"    {name:<24} voluntary switches {v - v0:7d}, involuntary {n - n0:6d}, last on CPU {cpu}")
+            # Time the machine's CPUs spent busy (all processes) and stolen by the hypervisor.
+            print("    " + ", ".join(f"{c} busy {cpu_after[c][0] - cpu_before[c][0]} steal "
+                                     f"{cpu_after[c][1] - cpu_before[c][1]} jiffies" for c in sorted(cpu_after)))
 
 
 # -- issue 19's table ------------------------------------------------------------------------------
