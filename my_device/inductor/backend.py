@@ -129,9 +129,6 @@ def register() -> None:
     _patch_scheduler_cpu_checks()
     _patch_backend_name()
     _patch_precompiled_header_names()
-    from .launch import register as register_launch_op
-
-    register_launch_op()
     # The device interface is normally registered by the import hook; a
     # process that imported torch._dynamo before my_device gets it here.
     from .device_interface import register as register_interface

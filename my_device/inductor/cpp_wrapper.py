@@ -30,7 +30,9 @@ _OUT_OF_PLACE = object()
 _LAUNCH_HELPER = r"""
 #include <torch/csrc/stable/c/shim.h>
 #include <torch/csrc/stable/stableivalue_conversions.h>
+#include <cstring>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 
 namespace {
@@ -61,6 +63,38 @@ void mydev_launch(void (*entry)(const int64_t*), const char* name,
   AOTI_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("mydev_inductor::launch", "", stack, TORCH_ABI_VERSION));
 }
 
+// A graph input that is not a mydev tensor would reach mydev's kernels; the
+// model refuses it first, naming it.
+void mydev_check_input(AtenTensorHandle tensor, int64_t index, const char* name) {
+  int32_t device_type = 0;
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(tensor, &device_type));
+  if (device_type != aoti_torch_device_type_privateuse1()) {
+    throw std::runtime_error(
+        "mydev model: input " + std::to_string(index) + " (" + name +
+        ") is not a mydev tensor (device type " + std::to_string(device_type) +
+        "); the model was compiled for mydev, move its inputs with .to('mydev')");
+  }
+}
+
+// AOTInductor keeps a mydev model's weights on the host (see
+// csrc/inductor/AOTIModelRunner.cpp); a run uses a mydev copy of each.
+torch::aot_inductor::RAIIAtenTensorHandle mydev_constant_on_device(AtenTensorHandle host) {
+  int64_t ndim = 0;
+  int64_t* sizes = nullptr;
+  int64_t* strides = nullptr;
+  int32_t dtype = 0;
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dim(host, &ndim));
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_sizes(host, &sizes));
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_strides(host, &strides));
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(host, &dtype));
+  AtenTensorHandle device = nullptr;
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
+      ndim, sizes, strides, dtype, aoti_torch_device_type_privateuse1(), -1, &device));
+  torch::aot_inductor::RAIIAtenTensorHandle result(device);
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(result.get(), host, 0));
+  return result;
+}
+
 inline int64_t mydev_double_bits(double d) {
   int64_t bits;
   std::memcpy(&bits, &d, sizeof(bits));
@@ -84,9 +118,10 @@ def _is_float(cpp_type: str) -> bool:
 
 class MydevCppWrapperCodegen(CppWrapperCpu):
     def __init__(self):
-        # The model's device (AOTInductor checks its constants against it);
-        # its kernels are CPU code and need CPU's vector ISA headers.
-        self.device = "mydev"
+        # AOTInductor's model is a mydev model (its constants are checked
+        # against this); cpp_wrapper's module is host code compiled as CPU's.
+        # Kernels are CPU code either way and need CPU's vector ISA headers.
+        self.device = "mydev" if V.graph.aot_mode else "cpu"
         super().__init__()
         self.needs_vec_isa = True
         self._mydev_entries: set[str] = set()
@@ -107,10 +142,41 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
             self.header.splice(_LAUNCH_HELPER)
 
     def codegen_device(self, device):
+        if device.type == "mydev" and getattr(self, "_weights_on_host", False):
+            return super().codegen_device(torch.device("cpu"))
         if device.type != "mydev":
             return super().codegen_device(device)
         self.used_cached_devices.add("privateuse1")
         return f"cached_torch_device_type_privateuse1, {device.index if device.index else 0}"
+
+    # -- inputs and weights ------------------------------------------------
+    def _write_input_unpacking(self):
+        super()._write_input_unpacking()
+        for idx, (name, value) in enumerate(V.graph.graph_inputs.items()):
+            device = value.get_device() if isinstance(value, ir.TensorBox) else None
+            if device is not None and device.type == "mydev":
+                self.prefix.writeline(f'mydev_check_input({name}.get(), {idx}, "{name}");')
+
+    def codegen_model_constructor(self):
+        # AOTInductor's runtime creates weights on the model's device, which
+        # for mydev is the host (csrc/inductor/AOTIModelRunner.cpp says why).
+        self._weights_on_host = True
+        try:
+            super().codegen_model_constructor()
+        finally:
+            self._weights_on_host = False
+
+    def _write_constants_unpacking(self):
+        if not V.graph.aot_mode:
+            return super()._write_constants_unpacking()
+        for idx, name in enumerate(V.graph.constants.keys()):
+            tensor = V.graph.get_original_value_of_constant(name)
+            if tensor.device.type == "mydev":
+                self.prefix.writeline(
+                    f"[[maybe_unused]] auto {name} = mydev_constant_on_device(constants_->at({idx}));"
+                )
+            else:
+                self.prefix.writeline(f"[[maybe_unused]] auto& {name} = constants_->at({idx});")
 
     # -- kernels ------------------------------------------------------------
     def _mydev_entry(self, kernel_name: str, arg_types) -> str:
