@@ -1,8 +1,8 @@
 """The C++ wrapper Inductor generates around mydev kernels
 (torch._inductor.config.cpp_wrapper = True, and AOTInductor).
 
-It is CPU's C++ wrapper (the wrapper itself runs on the host) with three
-differences, the same as the Python wrapper's (wrapper.py):
+It is CPU's C++ wrapper (the wrapper itself runs on the host) with the
+differences of the Python wrapper (wrapper.py), and two of AOTInductor's own:
 - the device is named through the shim that exists for it,
   aoti_torch_device_type_privateuse1(), since Inductor would write
   aoti_torch_device_type_mydev();
@@ -13,18 +13,21 @@ differences, the same as the Python wrapper's (wrapper.py):
 - extern kernels (mm, addmm, convolution, attention, fallbacks) on mydev
   tensors are called through the dispatcher, where they reach mydev's own
   kernels; Inductor would call the aoti_torch_cpu_* shims, which run CPU
-  kernels directly, on the host thread and out of stream order.
+  kernels directly, on the host thread and out of stream order;
+- (AOTInductor) the model refuses an input that is not a mydev tensor, naming
+  it, before any kernel sees it;
+- (AOTInductor) the packaged weights are created on the host and copied to
+  mydev when the model runs, because AOTInductor's runtime cannot create a
+  model for a PrivateUse1 device (csrc/inductor/AOTIModelRunner.cpp).
 """
 
 import torch
-from torch._inductor import config, ir
+from torch._inductor import ir
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 from torch._inductor.codegen.wrapper import WrapperLine
 from torch._inductor.virtualized import V
 
 from .kernels import unpack_argument
-
-_OUT_OF_PLACE = object()
 
 # Written once into every generated wrapper that uses mydev.
 _LAUNCH_HELPER = r"""
@@ -93,6 +96,15 @@ torch::aot_inductor::RAIIAtenTensorHandle mydev_constant_on_device(AtenTensorHan
   torch::aot_inductor::RAIIAtenTensorHandle result(device);
   AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(result.get(), host, 0));
   return result;
+}
+
+// A kernel argument as a handle, whatever holds it (RAII handle, constant, view).
+template <typename T>
+AtenTensorHandle mydev_handle(const T& tensor) {
+  return tensor.get();
+}
+inline AtenTensorHandle mydev_handle(AtenTensorHandle tensor) {
+  return tensor;
 }
 
 inline int64_t mydev_double_bits(double d) {
@@ -201,7 +213,7 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
         for i, (arg, cpp_type) in enumerate(zip(call_args, arg_types)):
             cpp_type = str(cpp_type)
             if "*" in cpp_type:
-                tensors.append(f"{arg}.get()" if not str(arg).endswith(")") else str(arg))
+                tensors.append(f"mydev_handle({arg})")
                 slots.append(str(i))
                 values.append("0")
             elif _is_float(cpp_type):
@@ -222,6 +234,13 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
     def generate_extern_kernel_out(self, node: ir.ExternKernelOut) -> None:
         if not _on_mydev(node) or not isinstance(node.op_overload, torch._ops.OpOverload):
             return super().generate_extern_kernel_out(node)
+        if V.graph.aot_mode and node.output_view is not None:
+            # The proxy executor hands an out= tensor over by buffer name, so a
+            # view of a buffer would be written as the whole buffer.
+            raise NotImplementedError(
+                f"mydev (AOTInductor): extern kernel {node.op_overload} writing into a view of "
+                f"{node.get_name()} is not supported"
+            )
         node.codegen_comment(self)
         args = [*node.inputs, *node.constant_args]
         kwargs = {**node.kwargs, "out": node.output_view or node}
@@ -252,7 +271,15 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
             node.outputs if node.outputs else node.mutation_outputs,
         )
 
+    def generate_c_shim_extern_kernel_call(self, kernel, args, device, **kwargs) -> None:
+        if device == "mydev":
+            # Reached only by extern kernels the overrides above do not route
+            # (no OpOverload to dispatch); there is no aoti_torch_mydev_* shim.
+            raise NotImplementedError(f"mydev: Inductor's C++ wrapper cannot call extern kernel {kernel} yet")
+        super().generate_c_shim_extern_kernel_call(kernel, args, device, **kwargs)
+
     def _dispatch(self, node, op, args, kwargs, outputs) -> None:
+        """Calls `op` through the dispatcher with the schema's arguments in order."""
         schema_args = op._schema.arguments
         raw_args = []
         for i, a in enumerate(schema_args):
@@ -262,9 +289,10 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
                 raw_args.append(kwargs[a.name])
             else:
                 raw_args.append(a.default_value)
-        output_args = [node.get_name() if o is node else None for o in outputs]
         if isinstance(outputs[0], _MutatedOutput):
-            output_args = [(kwargs["out"]).get_name()]
+            output_args = [kwargs["out"].get_name()]
+        else:
+            output_args = [node.get_name()]
         if not V.graph.aot_mode:
             self.generate_fallback_kernel_with_runtime_lookup_boxed(op, raw_args, output_args, outputs)
             return
