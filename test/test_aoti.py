@@ -3,6 +3,7 @@ and AOTInductor packages (aoti_compile_and_package / aoti_load_package).
 Each compiled model is checked against CPU eager, its kernels are queued on
 the mydev stream, and its extern kernels reach mydev through the dispatcher."""
 import copy
+import re
 
 import pytest
 import torch
@@ -132,11 +133,30 @@ def test_aoti_wrong_device_input_is_refused(aoti_packages, capfd):
         loaded(c.x)  # a CPU tensor
     # AOTInductor's runtime reports the model's exception on stderr and
     # raises a generic "run_func_(...) API call failed".
-    assert "input 0 (arg4_1) is not a mydev tensor" in capfd.readouterr().err
+    assert re.search(r"mydev model: input 0 \(\w+\) is not a mydev tensor", capfd.readouterr().err)
     torch.testing.assert_close(loaded(c.x.to(DEV)).cpu(), c.reference)  # the model and device still work
 
 
-def test_aoti_package_loads_in_a_fresh_process(aoti_packages, python_subprocess):
+def test_cpp_wrapper_kernel_failure_is_reported_at_the_next_sync():
+    def f(a, b):
+        return torch.div(a, b, rounding_mode="floor") + 1
+
+    with torch._inductor.config.patch(cpp_wrapper=True):
+        g = torch.compile(f)
+        a = torch.arange(8, device=DEV)
+        ok = g(a, torch.full((8,), 2, device=DEV))
+        bad = g(a, torch.tensor([1, 1, 0, 1, 1, 1, 1, 1], device=DEV))  # queued: no error yet
+    del bad
+    with pytest.raises(RuntimeError, match=r"cpp_fused_\w+.*(division by zero|ZeroDivision)"):
+        torch.mydev.synchronize()
+    # the device and earlier results still work
+    assert ok.tolist() == [v // 2 + 1 for v in range(8)]
+    with torch._inductor.config.patch(cpp_wrapper=True):
+        assert g(a, torch.full((8,), 4, device=DEV)).tolist() == [v // 4 + 1 for v in range(8)]
+
+
+def test_aoti_package_loads_in_a_fresh_strict_process(aoti_packages, python_subprocess):
+    # MYDEV_STRICT=1: any host access to device memory crashes the process.
     _, c, path = aoti_packages["cnn"]
     torch.save((c.x, c.reference), path + ".io")
     r = python_subprocess(f"""
@@ -146,7 +166,7 @@ def test_aoti_package_loads_in_a_fresh_process(aoti_packages, python_subprocess)
         out = loaded(x.to("mydev"))
         torch.testing.assert_close(out.cpu(), reference)
         print("ok", out.device)
-    """, timeout=300)
+    """, env={"MYDEV_STRICT": "1"}, timeout=300)
     assert r.returncode == 0 and "ok mydev:0" in r.stdout, r.stdout + r.stderr[-3000:]
 
 
