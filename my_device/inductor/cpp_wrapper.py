@@ -72,10 +72,12 @@ void mydev_check_input(AtenTensorHandle tensor, int64_t index, const char* name)
   int32_t device_type = 0;
   AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(tensor, &device_type));
   if (device_type != aoti_torch_device_type_privateuse1()) {
+    const std::string device = device_type == aoti_torch_device_type_cpu()
+        ? std::string("cpu")
+        : "device type " + std::to_string(device_type);
     throw std::runtime_error(
-        "mydev model: input " + std::to_string(index) + " (" + name +
-        ") is not a mydev tensor (device type " + std::to_string(device_type) +
-        "); the model was compiled for mydev, move its inputs with .to('mydev')");
+        "mydev model: input " + std::to_string(index) + " (" + name + ") is a " + device +
+        " tensor, not a mydev tensor; the model was compiled for mydev, move its inputs with .to('mydev')");
   }
 }
 
