@@ -18,8 +18,6 @@ import torch
 
 from .. import _C
 
-OP = "mydev_inductor::launch"
-
 # entry: address of `void entry(const int64_t*)` in the generated library;
 # values: one int64 per kernel argument (a double as its bits), tensors in the
 # positions listed by tensor_slots.
