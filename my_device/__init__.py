@@ -42,6 +42,18 @@ from ._import_hooks import when_imported  # noqa: E402
 
 when_imported("torch._dynamo.device_interface", _register_dynamo_device_interface)
 
+
+def _register_inductor_launch_op(_module) -> None:
+    # Code that Inductor's C++ wrapper generated for mydev (an AOTInductor
+    # package, too) queues its kernels through this op; a process that only
+    # loads a package never runs Inductor's code generation.
+    from .inductor.launch import register
+
+    register()
+
+
+when_imported("torch._inductor", _register_inductor_launch_op)
+
 from . import _exit  # noqa: E402
 
 _exit.install()

@@ -152,17 +152,6 @@ def test_fx_graph_and_kernel_caches_work_across_processes(python_subprocess, tmp
     assert second.returncode == 0 and "hits 1 misses 0" in second.stdout, second.stderr[-3000:]
 
 
-def test_aot_inductor_is_refused_with_the_reason(tmp_path):
-    # AOTInductor needs a C++ wrapper that queues kernels on mydev streams,
-    # which mydev does not have (my_device/inductor/backend.py says why).
-    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).to(DEV)
-    x = torch.randn(2, 8, device=DEV)
-    exported = torch.export.export(model, (x,))
-    with pytest.raises(Exception, match="mydev: Inductor's C\\+\\+ wrapper .* is not supported"):
-        torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp_path / "m.pt2"))
-    torch.testing.assert_close(model(x), exported.module()(x))  # the device still works
-
-
 def test_graph_on_second_device_allocates_and_runs_there():
     def f(x, w):
         return torch.relu(x @ w) * 2

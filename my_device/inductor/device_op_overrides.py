@@ -19,3 +19,8 @@ class MydevDeviceOpOverrides(DeviceOpOverrides):
 
     def current_stream(self) -> str:
         return "torch.mydev.current_stream()"
+
+    def cpp_kernel_type(self) -> str:
+        # AOTInductor declares a slot per kernel in its model class; mydev's
+        # kernels are functions compiled into the model, as CPU's are.
+        return "void*"

@@ -21,7 +21,8 @@ from .. import _C
 ENTRY = "mydev_entry"
 
 
-def _unpack(index: int, cpp_type: str) -> str:
+def unpack_argument(index: int, cpp_type: str) -> str:
+    """C++ expression for the kernel argument of type `cpp_type` at `args[index]`."""
     value = f"args[{index}]"
     if cpp_type.rstrip().endswith("*"):
         return f"reinterpret_cast<{cpp_type}>({value})"
@@ -33,7 +34,7 @@ def _unpack(index: int, cpp_type: str) -> str:
 
 def entry_point(arg_types: list[str]) -> str:
     """C++ source of the uniform entry point for a kernel with `arg_types`."""
-    unpacked = ",\n        ".join(_unpack(i, t) for i, t in enumerate(arg_types))
+    unpacked = ",\n        ".join(unpack_argument(i, t) for i, t in enumerate(arg_types))
     return f"""
 #include <cstring>
 static inline double mydev_bits_to_double(int64_t bits) {{
