@@ -54,6 +54,10 @@ def _register_inductor_launch_op(_module) -> None:
 
 when_imported("torch._inductor", _register_inductor_launch_op)
 
+from . import _fake_conv_layout  # noqa: E402
+
+_fake_conv_layout.install()
+
 from . import _exit  # noqa: E402
 
 _exit.install()
