@@ -74,20 +74,25 @@ def test_fullgraph_with_custom_ops():
     torch.testing.assert_close(torch.compile(f, fullgraph=True)(x), f(x))
 
 
-def test_failure_inside_a_kernel_is_reported_at_the_next_sync():
+@pytest.mark.parametrize("cpp_wrapper", [False, True], ids=["python_wrapper", "cpp_wrapper"])
+def test_failure_inside_a_kernel_is_reported_at_the_next_sync(cpp_wrapper):
+    torch._dynamo.reset()  # (the two wrappers compile the same code object)
+
     def f(a, b):
         return torch.div(a, b, rounding_mode="floor") + 1
 
-    g = torch.compile(f)
-    a = torch.arange(8, device=DEV)
-    ok = g(a, torch.full((8,), 2, device=DEV))
-    bad = g(a, torch.tensor([1, 1, 0, 1, 1, 1, 1, 1], device=DEV))  # queued: no error yet
+    with torch._inductor.config.patch(cpp_wrapper=cpp_wrapper):
+        g = torch.compile(f)
+        a = torch.arange(8, device=DEV)
+        ok = g(a, torch.full((8,), 2, device=DEV))
+        bad = g(a, torch.tensor([1, 1, 0, 1, 1, 1, 1, 1], device=DEV))  # queued: no error yet
     del bad
     with pytest.raises(RuntimeError, match=r"cpp_fused_\w+.*(division by zero|ZeroDivision)"):
         torch.mydev.synchronize()
     # the device and earlier results still work
     assert ok.tolist() == [v // 2 + 1 for v in range(8)]
-    assert g(a, torch.full((8,), 4, device=DEV)).tolist() == [v // 4 + 1 for v in range(8)]
+    with torch._inductor.config.patch(cpp_wrapper=cpp_wrapper):
+        assert g(a, torch.full((8,), 4, device=DEV)).tolist() == [v // 4 + 1 for v in range(8)]
 
 
 def test_strict_mode(python_subprocess):

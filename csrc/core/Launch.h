@@ -114,8 +114,18 @@ bool has_finished_kernels();
 // The worker's warning handler while a queued kernel runs (see raise_kernel_warnings).
 c10::WarningHandler* kernel_warning_collector();
 
+// A kernel over at most this many elements is short: on an idle stream the
+// runtime may run it at once on the calling thread rather than hand it to the
+// stream's worker (mydevLaunchShortTask), which costs more than such a kernel.
+constexpr int64_t kShortKernelElements = 4096;
+inline bool is_short_kernel(int64_t elements) {
+  return elements <= kShortKernelElements;
+}
+
+// `short_kernel`: see kShortKernelElements. Either way errors are reported at
+// the next synchronisation.
 template <class F>
-void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
+void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool short_kernel = false) {
   struct Task final : LaunchedTask {
     Task(F&& b, c10::DeviceIndex d, const char* l)
         : body(std::forward<F>(b)), device(d), label(l), context(kernel_context(d)) {}
@@ -149,7 +159,8 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body) {
   // A null handle means the default stream of the runtime's current device,
   // which need not be `device`.
   RuntimeDeviceGuard on_device(device);
-  const mydevError_t err = mydevLaunchHostFuncLabeled(current_stream_handle(device), trampoline, task, label);
+  const mydevError_t err = mydevLaunchHostFuncEx(current_stream_handle(device), trampoline, task, label,
+                                                 short_kernel ? mydevLaunchShortTask : 0u);
   if (err == mydevErrorLaunchFailure) {
     // MYDEV_LAUNCH_BLOCKING: the kernel ran and failed. Report it here, and
     // consume the stream's sticky copy so the next synchronisation does not repeat it.

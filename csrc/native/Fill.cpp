@@ -31,7 +31,7 @@ void queue_memset_zero(const at::Tensor& self) {
   KernelArgs held(device);
   launch_async(device, "aten::zero_", [data = self.data_ptr(), nbytes, keep = held.keep(self.storage())] {
     std::memset(kernel_address(data), 0, nbytes);
-  });
+  }, is_short_kernel(self.numel()));
 }
 
 at::Tensor& host_kernel_call(const char* label, at::Tensor& self, std::optional<c10::IValue> value) {

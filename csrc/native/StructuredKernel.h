@@ -220,6 +220,11 @@ at::Tensor functional(const char* label, const Args&... args) {
   // pointed at a lease, so that dropping it gives the block back at once.
   at::Tensor out = kernel_handle(job->op.output);
   job->held.lease_in_place(job->op.output);
+  // A TensorIterator kernel's impl() over a few thousand elements costs less
+  // than handing it to the worker (kShortKernelElements). The others map their
+  // operands to the host first (HostCall), which costs about as much again.
+  bool short_kernel = false;
+  if constexpr (kIterator<Base>) short_kernel = is_short_kernel(job->op.numel());
   launch_async(device, label, [job = std::move(job)] {
     if constexpr (kIterator<Base>) {
       use_kernel_addresses(job->op);
@@ -232,7 +237,7 @@ at::Tensor functional(const char* label, const Args&... args) {
       std::apply([&](const auto&... a) { job->op.impl(host_arg(call, a)..., call.to_host(job->op.output)); },
                  job->args);
     }
-  });
+  }, short_kernel);
   return out;
 }
 
@@ -259,10 +264,11 @@ at::Tensor& in_place(const char* label, at::Tensor& self, const Args&... args) {
       return self;
     }
   }
+  const bool short_kernel = is_short_kernel(job->op.numel());
   launch_async(device, label, [job = std::move(job)] {
     if constexpr (kIterator<Base>) use_kernel_addresses(job->op);
     std::apply([&](const auto&... a) { job->op.impl(job->self, a..., job->self); }, job->args);
-  });
+  }, short_kernel);
   return self;
 }
 

@@ -185,6 +185,17 @@ MYDEV_API mydevError_t mydevLaunchHostFunc(mydevStream_t stream, mydevHostFn_t f
 #define MYDEV_MAX_LABEL_LENGTH 95
 MYDEV_API mydevError_t mydevLaunchHostFuncLabeled(mydevStream_t stream, mydevHostFn_t fn,
                                                   void* user_data, const char* label);
+/* The same, with flags. mydevLaunchShortTask says fn is short (a kernel over a
+ * few thousand elements): when the stream is idle (nothing queued or running,
+ * no test delay) the runtime may run it at once on the calling thread, in
+ * stream order, instead of handing it to the worker. For a short task the
+ * hand-off costs more than the task, and its cost depends on where the two
+ * threads run (see stream.cpp). Everything else is as for a queued launch: a
+ * failure is the stream's sticky error, reported by the next synchronisation,
+ * and the launch returns mydevSuccess. */
+#define mydevLaunchShortTask 0x1u
+MYDEV_API mydevError_t mydevLaunchHostFuncEx(mydevStream_t stream, mydevHostFn_t fn, void* user_data,
+                                             const char* label, unsigned int flags);
 /* Copies into buf the label of the launch behind the stream's sticky error:
  * the failure pending for the next synchronisation or, once that reported it,
  * the most recently reported one (until a new failure replaces it). Writes ""

@@ -1338,6 +1338,62 @@ int inlineProbeKernel(void* p) {
   return 0;
 }
 
+// Records the thread it ran on, and whether the flag it follows was set.
+struct ShortProbe {
+  std::atomic<int>* flag = nullptr;
+  int flag_seen = -1;
+  std::thread::id thread;
+};
+
+int shortProbeKernel(void* ud) {
+  auto* p = static_cast<ShortProbe*>(ud);
+  p->thread = std::this_thread::get_id();
+  if (p->flag) p->flag_seen = p->flag->load();
+  return 0;
+}
+
+void testShortTasks() {
+  if (launchBlocking()) return;  // every launch runs in the caller there
+  mydevStream_t s = nullptr;
+  CHECK_OK(mydevStreamCreateWithPriority(&s, 0));
+  CHECK_OK(mydevStreamSynchronize(s));
+  // On an idle stream a short task runs at once, on the calling thread.
+  ShortProbe idle;
+  CHECK_OK(mydevLaunchHostFuncEx(s, shortProbeKernel, &idle, "short", mydevLaunchShortTask));
+  CHECK(idle.thread == std::this_thread::get_id());
+  CHECK_OK(mydevStreamQuery(s));
+  // Behind queued work it is queued, and runs after that work, on the worker.
+  CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+  std::atomic<int> flag{0};
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+  CHECK_OK(mydevTestSetStreamDelay(s, 0));
+  ShortProbe behind;
+  behind.flag = &flag;
+  CHECK_OK(mydevLaunchHostFuncEx(s, shortProbeKernel, &behind, "short", mydevLaunchShortTask));
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(behind.flag_seen == 1);
+  CHECK(behind.thread != std::this_thread::get_id());
+  // A stream with a test delay stands for a slow device: never run here.
+  CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+  ShortProbe delayed;
+  CHECK_OK(mydevLaunchHostFuncEx(s, shortProbeKernel, &delayed, "short", mydevLaunchShortTask));
+  CHECK_ERR(mydevStreamQuery(s), mydevErrorNotReady);
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(delayed.thread != std::this_thread::get_id());
+  CHECK_OK(mydevTestSetStreamDelay(s, 0));
+  // A failure run here is the stream's sticky error, with its label, for the next synchronisation.
+  std::atomic<int> failures{0};
+  CHECK_OK(mydevLaunchHostFuncEx(s, failingKernel, &failures, "short failure", mydevLaunchShortTask));
+  CHECK(failures == 1);
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);
+  char label[64];
+  CHECK_OK(mydevStreamGetErrorLabel(s, label, sizeof(label)));
+  CHECK(std::string(label) == "short failure");
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK_ERR(mydevLaunchHostFuncEx(s, nullptr, nullptr, nullptr, mydevLaunchShortTask), mydevErrorInvalidValue);
+  CHECK_OK(mydevStreamDestroy(s));
+}
+
 void testLaunchInline() {
   const int n = deviceCount();
   int* d = nullptr;
@@ -3083,6 +3139,7 @@ int runAll() {
   testEventTimingAroundDelayedWork();
   testStickyErrorAndLabel();
   testLaunchInline();
+  testShortTasks();
   testActivityTracing();
   testPriorityOrder();
   testPriorityNoDeadlock();
