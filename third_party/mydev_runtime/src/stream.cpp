@@ -783,13 +783,14 @@ mydevError_t runHeld(S& s, bool counted, bool held, mydevHostFn_t fn, void* user
 
 // Short tasks (mydevLaunchShortTask): runs fn on the calling thread if the
 // stream is idle, and reports whether it did. Handing a task to the worker
-// moves the task, the stream's counters and its lock between two cores; that
-// costs a few hundred nanoseconds when the two threads' cores share a cache,
-// and measured about a microsecond more per launch in periods when they did
-// not (the vCPUs' placement on the host machine is not ours to choose), which
-// made the same loop of 1-element adds 1.3x or 2.3x CPU's time from one run to
-// the next. A short task on an idle stream costs less run here than its
-// hand-off; work already queued is never overtaken.
+// moves the task, the stream's counters and its lock between two cores. On
+// the 2-vCPU machines this was measured on, that cost varied between periods:
+// the same loop of 1-element adds measured 1.3x CPU's time in one and 2.3x in
+// another, while synchronous launches (no hand-off) stayed at 1.2x, and in a
+// slow period the host-side stages of a launch took twice as long. Where the
+// machine runs the two threads is not ours to choose; a short task on an idle
+// stream costs less run here than its hand-off. Work already queued is never
+// overtaken.
 bool runIfIdle(S& s, mydevHostFn_t fn, void* user_data, const char* label, mydevError_t* rc) {
   // (A hint without the lock; the locked check decides.)
   if (s.delay_us.load(std::memory_order_relaxed) != 0 ||
