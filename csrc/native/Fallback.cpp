@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "Fallback.h"
+#include "hostkernel/HostCall.h"
 
 namespace my_device {
 namespace {
@@ -51,18 +52,7 @@ FallbackSignature describe_inputs(const std::string& name, const c10::FunctionSc
     sig.inputs.push_back({t.scalar_type(), t.sizes().vec()});
   };
   const size_t nargs = schema.arguments().size();
-  for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
-    const c10::IValue& v = stack[i];
-    if (v.isTensor()) {
-      add(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) add(t);
-    } else if (v.isList()) {
-      for (const c10::IValue& e : v.toListRef()) {
-        if (e.isTensor()) add(e.toTensor());
-      }
-    }
-  }
+  for (size_t i = stack.size() - nargs; i < stack.size(); ++i) for_each_tensor(stack[i], add);
   return sig;
 }
 

@@ -105,6 +105,20 @@ c10::IValue map_tensors(const c10::IValue& v, F&& f) {
   return v;
 }
 
+// Calls f on each tensor in a boxed argument (a Tensor, a Tensor[] or a Tensor?[]).
+template <class F>
+void for_each_tensor(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) f(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) f(e.toTensor());
+    }
+  }
+}
+
 // Whether an argument is a Generator or a Generator?.
 bool is_optional_generator(const c10::Argument& arg);
 // A mydev Generator argument, or None for a Generator? one, replaced by a CPU

@@ -38,20 +38,6 @@
 namespace my_device {
 namespace {
 
-// Calls `f` on each tensor of a boxed argument (a Tensor, a Tensor[] or a Tensor?[]).
-template <class F>
-void for_each_tensor(const c10::IValue& v, F&& f) {
-  if (v.isTensor()) {
-    f(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) f(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef()) {
-      if (e.isTensor()) f(e.toTensor());
-    }
-  }
-}
-
 int64_t queue_min_elements() {
   static const int64_t value = [] {
     const char* v = std::getenv("MYDEV_QUEUE_MIN_ELEMENTS");
