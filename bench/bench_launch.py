@@ -3,7 +3,8 @@
 Run: python bench/bench_launch.py [--threads N] [--repeat R] [--sections add,ops,top,steps] [--breakdown]
      python bench/bench_launch.py --sections add --runs 10 --interval 180   (the add loop, spread out)
 
-Sections (each prints the median time on each device and the ratio mydev/CPU; lower is better):
+Sections (each prints the median time on each device and the ratio mydev/CPU; lower is better; the
+two devices' repetitions alternate, so both sample the same periods of the machine):
   add    the 1-element add loop: 20,000 calls of a + b, synchronised at the end
   ops    issue 19's table of ops on (4, 16) float32 inputs (the optimizer's foreach ops on
          four 16x16 tensors, as an optimizer step calls them)
@@ -32,7 +33,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 import my_device  # noqa: F401
-from common import median_seconds, parse_args
+from common import interleaved_medians, parse_args
+
+
+DEVICES = ("cpu", "mydev")
 
 
 def _sync(device):
@@ -79,12 +83,11 @@ def add_loop(args):
     for run in range(args.runs):
         if run:
             time.sleep(args.interval)
-        times = {}
-        for device in ("cpu", "mydev"):
-            a, b = torch.randn(1, device=device), torch.randn(1, device=device)
-            before, cpu_before = _threads(), _cpu_times()
-            times[device] = median_seconds(lambda: a + b, 20000, args.repeat, _sync(device))
-            after, cpu_after = _threads(), _cpu_times()
+        operands = {device: (torch.randn(1, device=device), torch.randn(1, device=device)) for device in DEVICES}
+        before, cpu_before = _threads(), _cpu_times()
+        times = interleaved_medians({d: (lambda a=a, b=b: a + b, _sync(d)) for d, (a, b) in operands.items()},
+                                    20000, args.repeat)
+        after, cpu_after = _threads(), _cpu_times()
         stamp = datetime.datetime.now().strftime("%H:%M:%S")
         _ratio_line(f"add, 1 element, run {run + 1} at {stamp}", times["cpu"], times["mydev"])
         if args.threads_report:
@@ -139,17 +142,17 @@ def _stages(totals, calls):
 def table(args):
     ratios = []
     for name, fn in TABLE.items():
-        times, extra = {}, ""
-        for device in ("cpu", "mydev"):
-            d = _table_inputs(device)
-            times[device] = median_seconds(lambda: fn(d), 2000, args.repeat, _sync(device))
-            if device == "mydev" and args.breakdown:
-                torch.mydev.synchronize()
-                my_device._C._host_kernel_breakdown(True)
-                for _ in range(2000):
-                    fn(d)
-                torch.mydev.synchronize()
-                extra = _stages(my_device._C._host_kernel_breakdown(False), 2000)
+        inputs = {device: _table_inputs(device) for device in DEVICES}
+        times = interleaved_medians({dev: (lambda d=d: fn(d), _sync(dev)) for dev, d in inputs.items()}, 2000,
+                                    args.repeat)
+        extra = ""
+        if args.breakdown:
+            torch.mydev.synchronize()
+            my_device._C._host_kernel_breakdown(True)
+            for _ in range(2000):
+                fn(inputs["mydev"])
+            torch.mydev.synchronize()
+            extra = _stages(my_device._C._host_kernel_breakdown(False), 2000)
         ratios.append(_ratio_line(name, times["cpu"], times["mydev"], extra))
     return ratios
 
@@ -233,13 +236,14 @@ def top(args):
     ratios = []
     for name, calls in counts.most_common(20):
         func, cargs, ckwargs = first[name]
-        times = {}
-        for device in ("cpu", "mydev"):
-            move = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
+        cases = {}
+        for device in DEVICES:
+            move = lambda x, device=device: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
             a, k = tree_map(move, cargs), tree_map(move, ckwargs)
             if "device" in k:
                 k["device"] = torch.device(device)
-            times[device] = median_seconds(lambda: func(*a, **k), 500, args.repeat, _sync(device))
+            cases[device] = (lambda a=a, k=k: func(*a, **k), _sync(device))
+        times = interleaved_medians(cases, 500, args.repeat)
         ratios.append(_ratio_line(f"{name} ({calls} calls)", times["cpu"], times["mydev"]))
     return ratios
 
@@ -254,12 +258,13 @@ def steps(args):
     ratios = []
     for name, (build, inner) in STEPS.items():
         model, x, target, make_opt = build()
-        times = {}
-        for device in ("cpu", "mydev"):
+        cases = {}
+        for device in DEVICES:
             m = copy.deepcopy(model).to(device)
             opt = make_opt(m.parameters())
             xd, td = x.to(device), target.to(device) if target is not None else None
-            times[device] = median_seconds(lambda: _train_step(m, opt, xd, td), inner, args.repeat, _sync(device))
+            cases[device] = (lambda m=m, opt=opt, xd=xd, td=td: _train_step(m, opt, xd, td), _sync(device))
+        times = interleaved_medians(cases, inner, args.repeat)
         ratios.append(_ratio_line(f"{name} training step", times["cpu"], times["mydev"]))
     return ratios
 

@@ -18,6 +18,27 @@ def median_seconds(fn, inner: int, repeat: int = 9, sync=lambda: None) -> float:
     return statistics.median(samples)
 
 
+def interleaved_medians(cases: dict, inner: int, repeat: int = 9) -> dict:
+    """median_seconds for several cases ({name: (fn, sync)}) whose repetitions alternate (in turn, the
+    order reversed every other round), so that all of them sample the same periods of the machine: on
+    these VMs a period of slower execution lasting seconds made one of two back-to-back measurements
+    up to 1.7x slower than the other."""
+    for fn, sync in cases.values():
+        fn()
+        sync()
+    samples = {name: [] for name in cases}
+    names = list(cases)
+    for r in range(repeat):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            fn, sync = cases[name]
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            sync()
+            samples[name].append((time.perf_counter() - start) / inner)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def parse_args(doc: str, repeat: int, extra=None):
     """The benchmarks' command line (--threads, --repeat, and what `extra(parser)` adds); applies
     --threads and prints the setting."""
