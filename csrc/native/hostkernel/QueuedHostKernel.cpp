@@ -196,7 +196,7 @@ std::shared_ptr<const Answer> answer_for(const c10::OperatorHandle& op, const Pl
 //    separate meta tensors, so only the CPU kernel can raise PyTorch's overlap
 //    error at the call. (Full overlap, out= self, is what in-place composites
 //    pass.)
-bool outputs_ready(const std::vector<c10::IValue>& args, const std::vector<size_t>& written, const Specs& specs,
+bool outputs_ready(c10::ArrayRef<c10::IValue> args, const std::vector<size_t>& written, const Specs& specs,
                    c10::DeviceIndex device) {
   // (An output that is also an input, as in the in-place composites, cannot
   // be resized: the CPU's TensorIterator raises, and the Meta kernel, given a
@@ -409,8 +409,7 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
     }
     outputs.push_back(self);
   } else if (plan.kind == Kind::Out) {
-    const std::vector<c10::IValue> argv(args, args + nargs);
-    if (!outputs_ready(argv, plan.written, specs, device)) return false;
+    if (!outputs_ready(c10::ArrayRef<c10::IValue>(args, nargs), plan.written, specs, device)) return false;
     for (size_t i : plan.written) outputs.push_back(args[i].toTensor());
   }
   clock.mark(breakdown::kOutputs);
