@@ -272,6 +272,80 @@ output %4
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
 
 
+def _geometry(t):
+    sizes = ",".join(str(s) for s in t.shape)
+    strides = ",".join(str(s) for s in t.stride())
+    return f"Float[{sizes}]{{{strides}}}+{t.storage_offset()}"
+
+
+@pytest.mark.parametrize("bias_shape,transposed,beta,alpha", [
+    ((5,), True, 1, 1), ((3, 5), False, 1, 1), ((3, 1), True, 0.5, 2.0), ((1, 5), False, 1, -1.5),
+    ((5,), True, 0, 1), (None, True, None, None), (None, False, None, None),
+])
+def test_small_matrix_products_are_gemm_steps(bias_shape, transposed, beta, alpha):
+    """Small Float addmm/mm run as the program's own GemmKernel (not the CPU kernel): CPU's result for
+    every bias broadcast, a transposed or row-major right operand, and coefficients; beta 0 ignores a NaN
+    bias, as addmm does."""
+    torch.manual_seed(0)
+    a = torch.randn(3, 7)
+    b = torch.randn(5, 7).t() if transposed else torch.randn(7, 5)
+    out = torch.empty(3, 5)
+    if bias_shape is None:
+        call, expected, inputs = "aten::mm(%0, %1)", a @ b, [a, b]
+    else:
+        bias = torch.randn(bias_shape)
+        if beta == 0:
+            bias.fill_(float("nan"))
+        call = f"aten::addmm(%2, %0, %1, f{beta}, f{alpha})"
+        expected, inputs = torch.addmm(bias, a, b, beta=beta, alpha=alpha), [a, b, bias]
+    base = [f"input %{i} : {_geometry(t)}" for i, t in enumerate(inputs)]
+    program = mc.compile("\n".join(["program gemm", *base, f"%9 = {call} : {_geometry(out)}", "output %9"]) + "\n")
+    assert program.stats()["gemms"] == 1, program.dump()
+    assert "gemm (" in program.dump()
+    # The transposed operand reaches the program as a strided view of its device copy.
+    dev_inputs = [t.to(DEV) if t.is_contiguous() else t.t().contiguous().to(DEV).t() for t in inputs]
+    (got,) = program.run(dev_inputs)
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_large_products_and_other_dtypes_keep_the_cpu_kernel():
+    """Above the Gemm step's size, or in another dtype, addmm/mm stay calls of the CPU kernel."""
+    big = mc.compile("""program big
+input %0 : Float[128,128]{128,1}+0
+%1 = aten::mm(%0, %0) : Float[128,128]{128,1}+0
+output %1
+""")
+    double = mc.compile("""program double
+input %0 : Double[4,4]{4,1}+0
+%1 = aten::mm(%0, %0) : Double[4,4]{4,1}+0
+output %1
+""")
+    assert big.stats()["gemms"] == 0 and double.stats()["gemms"] == 0
+    x = torch.randn(128, 128) / 8
+    torch.testing.assert_close(big.run([x.to(DEV)])[0].cpu(), x @ x)
+    y = torch.randn(4, 4, dtype=torch.float64)
+    torch.testing.assert_close(double.run([y.to(DEV)])[0].cpu(), y @ y)
+
+
+@pytest.mark.parametrize("size,strided", [(64, False), (64, True), (40000, False)])
+def test_lone_pointwise_op_as_kernel_or_call(size, strided):
+    """A lone small pointwise op is a fused kernel (a flat pass over dense operands, TensorIterator over
+    strided ones); a large one stays the ATen call. Both give CPU's result."""
+    x = torch.randn(size, 2)
+    geometry = f"Float[2,{size}]{{1,2}}+0" if strided else f"Float[{size},2]{{2,1}}+0"
+    shape = "[2," + str(size) + "]{" + str(size) + ",1}" if strided else f"[{size},2]{{2,1}}"
+    program = mc.compile(f"""program lone
+input %0 : {geometry}
+%1 = aten::tanh(%0) : Float{shape}+0
+output %1
+""")
+    assert program.stats()["fused_groups"] == (1 if size < 32768 else 0), program.dump()
+    dev = x.to(DEV).t() if strided else x.to(DEV)
+    ref = x.t() if strided else x
+    (out,) = program.run([dev])
+    torch.testing.assert_close(out.cpu(), torch.tanh(ref))
+
+
 def test_memory_plan_reuses_dead_intermediates():
     # a chain of matrix products: each intermediate dies after the next product.
     lines = ["program chain", "input %0 : Float[32,32]{32,1}+0"]

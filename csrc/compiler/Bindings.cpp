@@ -30,6 +30,7 @@ void init_bindings(pybind11::module& parent) {
         d["views"] = s.views;
         d["calls"] = s.calls;
         d["out_calls"] = s.out_calls;
+        d["gemms"] = s.gemms;
         d["peak_bytes"] = s.arena_bytes;
         d["unplanned_bytes"] = s.naive_bytes;
         return d;

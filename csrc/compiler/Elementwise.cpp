@@ -40,21 +40,83 @@ inline float gelu_tanh_grad(float x) {
   return left_derivative + right_derivative;
 }
 
-// Each case is one loop over a chunk with a constant trip count, which the
-// compiler vectorizes; on x86 a second copy is built for AVX2 and picked at
-// load time when the CPU has it (the extension itself targets baseline x86-64).
+// Each case is one loop over the chunk's elements (rounded up to a multiple
+// of 8, the lanes beyond them being scratch), which the compiler vectorizes;
+// on x86 a second copy is built for AVX2 and picked at load time when the CPU
+// has it (the extension itself targets baseline x86-64). Transcendental
+// functions are libm calls the compiler cannot vectorize: with AVX2 they are
+// SLEEF's vector functions instead, the ones ATen's own CPU kernels use.
 #define MYDEV_UNARY(EXPR)                          \
-  for (int i = 0; i < kChunk; ++i) {               \
+  for (int i = 0; i < m; ++i) {                    \
     const float x = a[i];                          \
     d[i] = (EXPR);                                 \
   }                                                \
   break;
 #define MYDEV_BINARY(EXPR)                         \
-  for (int i = 0; i < kChunk; ++i) {               \
+  for (int i = 0; i < m; ++i) {                    \
     const float x = a[i], y = b[i];                \
     d[i] = (EXPR);                                 \
   }                                                \
   break;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// SLEEF's 8-lane AVX2 functions, exported by libtorch_cpu (ATen's
+// Vectorized<float> calls them): declared and called only in AVX2 code.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#include <immintrin.h>
+extern "C" {
+__m256 Sleef_tanhf8_u10avx2(__m256);
+__m256 Sleef_expf8_u10avx2(__m256);
+__m256 Sleef_logf8_u10avx2(__m256);
+__m256 Sleef_erff8_u10avx2(__m256);
+__m256 Sleef_sinf8_u10avx2(__m256);
+__m256 Sleef_cosf8_u10avx2(__m256);
+__m256 Sleef_log1pf8_u10avx2(__m256);
+__m256 Sleef_expm1f8_u10avx2(__m256);
+}
+namespace vector_math {
+// `m` is a multiple of 8.
+#define MYDEV_SLEEF_MAP(NAME, BODY)                                      \
+  void NAME(float* d, const float* a, int m) {                          \
+    for (int i = 0; i < m; i += 8) {                                     \
+      const __m256 x = _mm256_loadu_ps(a + i);                           \
+      _mm256_storeu_ps(d + i, (BODY));                                   \
+    }                                                                    \
+  }
+MYDEV_SLEEF_MAP(tanh, Sleef_tanhf8_u10avx2(x))
+MYDEV_SLEEF_MAP(exp, Sleef_expf8_u10avx2(x))
+MYDEV_SLEEF_MAP(log, Sleef_logf8_u10avx2(x))
+MYDEV_SLEEF_MAP(erf, Sleef_erff8_u10avx2(x))
+MYDEV_SLEEF_MAP(sin, Sleef_sinf8_u10avx2(x))
+MYDEV_SLEEF_MAP(cos, Sleef_cosf8_u10avx2(x))
+MYDEV_SLEEF_MAP(log1p, Sleef_log1pf8_u10avx2(x))
+MYDEV_SLEEF_MAP(expm1, Sleef_expm1f8_u10avx2(x))
+MYDEV_SLEEF_MAP(sigmoid, _mm256_div_ps(_mm256_set1_ps(1.0f),
+                                       _mm256_add_ps(_mm256_set1_ps(1.0f),
+                                                     Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_setzero_ps(), x)))))
+MYDEV_SLEEF_MAP(gelu, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x),
+                                    _mm256_add_ps(_mm256_set1_ps(1.0f),
+                                                  Sleef_erff8_u10avx2(_mm256_mul_ps(x, _mm256_set1_ps(kSqrt1_2))))))
+MYDEV_SLEEF_MAP(gelu_tanh,
+                _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x),
+                              _mm256_add_ps(_mm256_set1_ps(1.0f),
+                                            Sleef_tanhf8_u10avx2(_mm256_mul_ps(
+                                                _mm256_set1_ps(kBeta),
+                                                _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(kKappa),
+                                                                               _mm256_mul_ps(x, _mm256_mul_ps(x, x)))))))))
+#undef MYDEV_SLEEF_MAP
+} // namespace vector_math
+#pragma GCC pop_options
+const bool kVectorMath = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#define MYDEV_VECTOR_MATH(NAME)     \
+  if (kVectorMath) {                \
+    vector_math::NAME(d, a, m);     \
+    break;                          \
+  }
+#else
+#define MYDEV_VECTOR_MATH(NAME)
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define MYDEV_VECTOR_CLONES __attribute__((target_clones("avx2", "default"), optimize("O3")))
@@ -65,7 +127,8 @@ inline float gelu_tanh_grad(float x) {
 // `regs[r]` points at register r's kChunk floats: scratch, or for a full
 // chunk of a contiguous Float operand, the operand's memory itself. Registers
 // are written once (SSA), so a destination never aliases its sources.
-MYDEV_VECTOR_CLONES void execute(const Instr& in, float* const* regs) {
+MYDEV_VECTOR_CLONES void execute(const Instr& in, float* const* regs, int n) {
+  const int m = (n + 7) & ~7;
   float* __restrict d = regs[in.dst];
   const float* __restrict a = regs[in.a];
   const float* __restrict b = regs[in.b];
@@ -75,7 +138,7 @@ MYDEV_VECTOR_CLONES void execute(const Instr& in, float* const* regs) {
     case Opcode::Load:
       break;  // done by the caller
     case Opcode::Const:
-      for (int i = 0; i < kChunk; ++i) d[i] = k;
+      for (int i = 0; i < m; ++i) d[i] = k;
       break;
     case Opcode::Add: MYDEV_BINARY(x + y)
     case Opcode::Sub: MYDEV_BINARY(x - y)
@@ -92,27 +155,27 @@ MYDEV_VECTOR_CLONES void execute(const Instr& in, float* const* regs) {
     case Opcode::Eq: MYDEV_BINARY(x == y ? 1.0f : 0.0f)
     case Opcode::Ne: MYDEV_BINARY(x != y ? 1.0f : 0.0f)
     case Opcode::Where:
-      for (int i = 0; i < kChunk; ++i) d[i] = a[i] != 0.0f ? b[i] : c[i];
+      for (int i = 0; i < m; ++i) d[i] = a[i] != 0.0f ? b[i] : c[i];
       break;
     case Opcode::Neg: MYDEV_UNARY(-x)
     case Opcode::Abs: MYDEV_UNARY(std::fabs(x))
     case Opcode::Relu: MYDEV_UNARY(x != x ? x : (x > 0.0f ? x : 0.0f))
-    case Opcode::Tanh: MYDEV_UNARY(std::tanh(x))
-    case Opcode::Sigmoid: MYDEV_UNARY(sigmoid(x))
-    case Opcode::Exp: MYDEV_UNARY(std::exp(x))
-    case Opcode::Log: MYDEV_UNARY(std::log(x))
+    case Opcode::Tanh: MYDEV_VECTOR_MATH(tanh) MYDEV_UNARY(std::tanh(x))
+    case Opcode::Sigmoid: MYDEV_VECTOR_MATH(sigmoid) MYDEV_UNARY(sigmoid(x))
+    case Opcode::Exp: MYDEV_VECTOR_MATH(exp) MYDEV_UNARY(std::exp(x))
+    case Opcode::Log: MYDEV_VECTOR_MATH(log) MYDEV_UNARY(std::log(x))
     case Opcode::Sqrt: MYDEV_UNARY(std::sqrt(x))
     case Opcode::Rsqrt: MYDEV_UNARY(1.0f / std::sqrt(x))
     case Opcode::Reciprocal: MYDEV_UNARY(1.0f / x)
-    case Opcode::Erf: MYDEV_UNARY(std::erf(x))
-    case Opcode::Sin: MYDEV_UNARY(std::sin(x))
-    case Opcode::Cos: MYDEV_UNARY(std::cos(x))
-    case Opcode::Log1p: MYDEV_UNARY(std::log1p(x))
-    case Opcode::Expm1: MYDEV_UNARY(std::expm1(x))
+    case Opcode::Erf: MYDEV_VECTOR_MATH(erf) MYDEV_UNARY(std::erf(x))
+    case Opcode::Sin: MYDEV_VECTOR_MATH(sin) MYDEV_UNARY(std::sin(x))
+    case Opcode::Cos: MYDEV_VECTOR_MATH(cos) MYDEV_UNARY(std::cos(x))
+    case Opcode::Log1p: MYDEV_VECTOR_MATH(log1p) MYDEV_UNARY(std::log1p(x))
+    case Opcode::Expm1: MYDEV_VECTOR_MATH(expm1) MYDEV_UNARY(std::expm1(x))
     case Opcode::Sign: MYDEV_UNARY(x != x ? x : static_cast<float>((x > 0.0f) - (x < 0.0f)))
     case Opcode::Not: MYDEV_UNARY(x == 0.0f ? 1.0f : 0.0f)
-    case Opcode::Gelu: MYDEV_UNARY(0.5f * x * (1.0f + std::erf(x * kSqrt1_2)))
-    case Opcode::GeluTanh: MYDEV_UNARY(0.5f * x * (1.0f + std::tanh(kBeta * (x + kKappa * x * x * x))))
+    case Opcode::Gelu: MYDEV_VECTOR_MATH(gelu) MYDEV_UNARY(0.5f * x * (1.0f + std::erf(x * kSqrt1_2)))
+    case Opcode::GeluTanh: MYDEV_VECTOR_MATH(gelu_tanh) MYDEV_UNARY(0.5f * x * (1.0f + std::tanh(kBeta * (x + kKappa * x * x * x))))
     case Opcode::GeluBackward: MYDEV_BINARY(x * gelu_grad(y))
     case Opcode::GeluTanhBackward: MYDEV_BINARY(x * gelu_tanh_grad(y))
     case Opcode::TanhBackward: MYDEV_BINARY(x * (1.0f - y * y))
@@ -122,6 +185,7 @@ MYDEV_VECTOR_CLONES void execute(const Instr& in, float* const* regs) {
 }
 #undef MYDEV_UNARY
 #undef MYDEV_BINARY
+#undef MYDEV_VECTOR_MATH
 
 void load(float* dst, const char* p, int64_t stride, int n, c10::ScalarType t) {
   if (t == c10::ScalarType::Float) {
@@ -175,39 +239,49 @@ void fold(double& acc, const float* v, int n, ReduceKind kind) {
   }
 }
 
+
+// Whether the kernel can run as one flat pass: every operand dense and of the
+// first output's shape, few enough elements that TensorIterator would not
+// split the work across threads, and no output sharing memory with another
+// operand (which TensorIterator would check).
+bool flat(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs) {
+  if (outputs.empty()) return false;
+  const at::Tensor& first = outputs[0];
+  const int64_t n = first.numel();
+  if (n == 0 || n >= kFlatMaxElements) return false;
+  for (const auto* list : {&outputs, &inputs}) {
+    for (const at::Tensor& t : *list) {
+      if (t.sizes() != first.sizes() || !t.is_contiguous()) return false;
+    }
+  }
+  auto range = [](const at::Tensor& t) {
+    const char* p = static_cast<const char*>(t.const_data_ptr());
+    return std::make_pair(p, p + t.numel() * static_cast<int64_t>(t.element_size()));
+  };
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const auto [lo, hi] = range(outputs[o]);
+    for (const auto* list : {&outputs, &inputs}) {
+      for (size_t k = 0; k < list->size(); ++k) {
+        if (list == &outputs && k == o) continue;
+        const auto [l2, h2] = range((*list)[k]);
+        if (lo < h2 && l2 < hi) return false;
+      }
+    }
+  }
+  return true;
+}
+
 } // namespace
 
 void ElementwiseKernel::run(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs) const {
   TORCH_CHECK(num_registers <= kMaxRegisters, "mydev fused kernel: too many registers (the compiler splits such groups)");
   const bool reducing = reduce != ReduceKind::None;
-  at::TensorIteratorConfig config;
-  config.check_all_same_dtype(false).resize_outputs(false).set_check_mem_overlap(!reducing);
-  at::Tensor reduced;  // the reduction output seen over the whole iteration shape (stride 0 on reduced dims)
   const size_t n_stored = stores.size();
-  for (size_t i = 0; i < n_stored; ++i) config.add_output(outputs[i]);
-  if (reducing) {
-    const at::Tensor& out = outputs[n_stored];
-    out.fill_(reduce_identity(reduce));
-    std::vector<int64_t> strides(reduce_shape.size(), 0);
-    size_t od = 0;
-    for (size_t d = 0; d < reduce_shape.size(); ++d) {
-      const bool reduced_dim = std::find(reduce_dims.begin(), reduce_dims.end(), d) != reduce_dims.end();
-      if (reduced_dim) {
-        if (keepdim) ++od;
-      } else {
-        strides[d] = out.stride(od++);
-      }
-    }
-    reduced = at::as_strided(out, reduce_shape, strides, out.storage_offset());
-    config.add_output(reduced).is_reduction(true);
-  }
-  for (const at::Tensor& t : inputs) config.add_const_input(t);
-  at::TensorIterator iter = config.build();
-
   const int n_out = static_cast<int>(n_stored) + (reducing ? 1 : 0);
   const int n_in = static_cast<int>(inputs.size());
   std::vector<c10::ScalarType> types;
-  for (int i = 0; i < n_out + n_in; ++i) types.push_back(iter.dtype(i));
+  for (int i = 0; i < n_out; ++i) types.push_back(outputs[i].scalar_type());
+  for (const at::Tensor& t : inputs) types.push_back(t.scalar_type());
   // Loads come first in `code`, in input order (see Fusion.cpp).
   // Registers computed by math (not loads) and stored to exactly one output
   // can be computed in the output's memory directly.
@@ -244,7 +318,7 @@ void ElementwiseKernel::run(const std::vector<at::Tensor>& outputs, const std::v
               load(regs[in.dst], p, strides[k], n, types[k]);
             }
           } else {
-            execute(in, regs);
+            execute(in, regs, n);
           }
         }
         for (size_t o = 0; o < n_stored; ++o) {
@@ -279,6 +353,42 @@ void ElementwiseKernel::run(const std::vector<at::Tensor>& outputs, const std::v
       for (int k = 0; k < ntensors; ++k) data[k] += strides[ntensors + k];
     }
   };
+  if (!reducing && flat(outputs, inputs)) {
+    // Small dense operands of one shape: one pass over their memory, without
+    // building a TensorIterator (which costs more than the arithmetic here).
+    const int ntensors = n_out + n_in;
+    std::vector<char*> data(ntensors);
+    std::vector<int64_t> strides(2 * ntensors, 0);
+    for (int k = 0; k < ntensors; ++k) {
+      const at::Tensor& t = k < n_out ? outputs[k] : inputs[k - n_out];
+      data[k] = static_cast<char*>(const_cast<void*>(t.const_data_ptr()));
+      strides[k] = static_cast<int64_t>(t.element_size());
+    }
+    loop(data.data(), strides.data(), outputs[0].numel(), 1);
+    return;
+  }
+  at::TensorIteratorConfig config;
+  config.check_all_same_dtype(false).resize_outputs(false).set_check_mem_overlap(!reducing);
+  at::Tensor reduced;  // the reduction output seen over the whole iteration shape (stride 0 on reduced dims)
+  for (size_t i = 0; i < n_stored; ++i) config.add_output(outputs[i]);
+  if (reducing) {
+    const at::Tensor& out = outputs[n_stored];
+    out.fill_(reduce_identity(reduce));
+    std::vector<int64_t> strides(reduce_shape.size(), 0);
+    size_t od = 0;
+    for (size_t d = 0; d < reduce_shape.size(); ++d) {
+      const bool reduced_dim = std::find(reduce_dims.begin(), reduce_dims.end(), d) != reduce_dims.end();
+      if (reduced_dim) {
+        if (keepdim) ++od;
+      } else {
+        strides[d] = out.stride(od++);
+      }
+    }
+    reduced = at::as_strided(out, reduce_shape, strides, out.storage_offset());
+    config.add_output(reduced).is_reduction(true);
+  }
+  for (const at::Tensor& t : inputs) config.add_const_input(t);
+  at::TensorIterator iter = config.build();
   if (reducing) {
     // One thread: reduced outputs are accumulated in place.
     iter.serial_for_each(loop, {0, iter.numel()});

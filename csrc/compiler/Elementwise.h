@@ -39,6 +39,11 @@ struct Instr {
 
 enum class ReduceKind : uint8_t { None, Sum, Mean, Max, Min };
 
+// Elements below which a kernel over dense operands of one shape runs as one
+// flat pass (at::TensorIterator's grain size: below it, TensorIterator would
+// not split the work across threads either).
+constexpr int64_t kFlatMaxElements = 32768;
+
 // Registers a kernel may use; the compiler leaves a group unfused beyond it.
 constexpr int kMaxRegisters = 64;
 

@@ -179,6 +179,40 @@ at::Tensor alias(const at::Tensor& base, const TensorMeta& meta, int64_t offset)
   return at::Tensor(std::move(impl));
 }
 
+// The GemmKernel that computes `n`, an out= call in `step`, if it is a small
+// Float addmm or mm with number coefficients.
+std::optional<GemmKernel> gemm_of(const Graph& g, const Node& n, const Step& step) {
+  const bool addmm = n.op == "aten::addmm", mm = n.op == "aten::mm";
+  if (!addmm && !mm) return std::nullopt;
+  const size_t first = addmm ? 1 : 0;
+  for (size_t k = 0; k < first + 2; ++k) {
+    if (n.args[k].value < 0) return std::nullopt;
+  }
+  const int out = n.outputs[0];
+  for (int v : {n.args[first].value, n.args[first + 1].value, out}) {
+    const TensorMeta& m = g.values[v].meta;
+    if (m.dtype != c10::ScalarType::Float || m.sizes.size() != 2) return std::nullopt;
+  }
+  if (addmm) {
+    const TensorMeta& bias = g.values[n.args[0].value].meta;
+    if (bias.dtype != c10::ScalarType::Float || bias.sizes.size() > 2) return std::nullopt;
+  }
+  const std::vector<int64_t>& a = g.values[n.args[first].value].meta.sizes;
+  const std::vector<int64_t>& b = g.values[n.args[first + 1].value].meta.sizes;
+  if (!GemmKernel::suits(a[0], b[1], a[1])) return std::nullopt;
+  GemmKernel kernel;
+  kernel.has_bias = addmm;
+  if (addmm) {
+    // Coefficients are constants of the step's stack (the program text's numbers).
+    const c10::IValue& beta = step.stack[3];
+    const c10::IValue& alpha = step.stack[4];
+    if (!(beta.isInt() || beta.isDouble()) || !(alpha.isInt() || alpha.isDouble())) return std::nullopt;
+    kernel.beta = static_cast<float>(beta.isInt() ? beta.toInt() : beta.toDouble());
+    kernel.alpha = static_cast<float>(alpha.isInt() ? alpha.toInt() : alpha.toDouble());
+  }
+  return kernel;
+}
+
 std::string label_of(const Node& n) {
   std::string s = n.op + " (line " + std::to_string(n.line) + ")";
   if (!n.source.empty()) s += " at " + n.source;
@@ -283,6 +317,11 @@ void Program::build() {
       step.op = out;
       step.use_out = true;
       stats_.out_calls += 1;
+      if (auto gemm = gemm_of(g, n, step)) {
+        step.kind = Step::Gemm;
+        step.gemm = *gemm;
+        stats_.gemms += 1;
+      }
     }
     stats_.calls += 1;
     steps_.push_back(std::move(step));
@@ -310,7 +349,10 @@ void Program::build() {
   auto flush = [&] {
     if (members.empty()) return;
     pull_reduction();
-    if (members.size() == 1) {
+    // A lone op is a fused kernel only while it is small: there the kernel's
+    // flat pass beats the ATen call's setup; on large tensors ATen's own
+    // vectorized loops win.
+    if (members.size() == 1 && g.values[g.nodes[members[0]].outputs[0]].meta.numel() >= kFlatMaxElements) {
       emit_call(members[0]);
     } else {
       const std::unordered_set<int> in_group(members.begin(), members.end());
@@ -324,8 +366,9 @@ void Program::build() {
       Step step;
       step.kind = Step::Fused;
       step.node = members.back();
-      step.label = "fused group of " + std::to_string(members.size()) + " ops ending with " +
-                   label_of(g.nodes[members.back()]);
+      step.label = members.size() == 1 ? "fused " + label_of(g.nodes[members[0]])
+                                       : "fused group of " + std::to_string(members.size()) + " ops ending with " +
+                                             label_of(g.nodes[members.back()]);
       step.kernel = build_kernel(g, members, stored, step.inputs);
       if (step.kernel.num_registers > kMaxRegisters) {
         for (int m : members) emit_call(m);
@@ -420,7 +463,7 @@ void Program::build() {
   }
   std::vector<BufferLife> lives;
   for (const Step& st : steps_) {
-    const bool written_in_place = st.kind == Step::Fused || st.use_out;
+    const bool written_in_place = st.kind != Step::Call || st.use_out;
     for (int v : st.outputs) {
       if (v < 0 || root(v) != v) continue;  // unused, or aliases an argument
       if (escaping.count(v)) {
@@ -565,7 +608,11 @@ void Program::execute(c10::DeviceIndex device, const std::vector<at::Tensor>& in
     const Step& st = steps_[si];
     const auto start = profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     try {
-      if (st.kind == Step::Fused) {
+      if (st.kind == Step::Gemm) {
+        const size_t first = st.gemm.has_bias ? 1 : 0;
+        st.gemm.run(value(st.outputs[0]), st.gemm.has_bias ? value(st.slots[0].values[0]) : at::Tensor(),
+                    value(st.slots[first].values[0]), value(st.slots[first + 1].values[0]));
+      } else if (st.kind == Step::Fused) {
         std::vector<at::Tensor> outs, ins;
         for (int v : st.outputs) outs.push_back(value(v));
         for (int v : st.inputs) ins.push_back(value(v));
@@ -633,13 +680,18 @@ std::string Program::dump() const {
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
     s << "step " << i << ": ";
-    if (runs > 0) s << "[" << step_ns_[i].load() / runs / 1000 << " us] ";
+    if (runs > 0) s << "[" << static_cast<double>(step_ns_[i].load() / runs) / 1000.0 << " us] ";
     if (st.kind == Step::Fused) {
       s << st.label << "\n  loads";
       for (int v : st.inputs) s << " %" << v;
       s << "\n  stores";
       for (int v : st.outputs) s << " %" << v;
       s << "\n" << st.kernel.str();
+    } else if (st.kind == Step::Gemm) {
+      s << "gemm (beta " << st.gemm.beta << ", alpha " << st.gemm.alpha << (st.gemm.has_bias ? "" : ", no bias") << ") "
+        << st.label << " ->";
+      for (int v : st.outputs) s << " %" << v;
+      s << "\n";
     } else {
       s << (st.use_out ? "call " + st.op->schema().name() + "." + st.op->schema().overload_name() : "call") << " "
         << st.label << " ->";

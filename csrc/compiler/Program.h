@@ -6,6 +6,7 @@
 //  - view ops become geometry over their base (no step at all);
 //  - chains of elementwise ops become one ElementwiseKernel each (Fusion.h),
 //    a sum/mean/amax/amin of a chain's result joining the chain;
+//  - small Float matrix products (addmm, mm) become a GemmKernel (Gemm.h);
 //  - every other op is a call of its CPU kernel on device memory, the kernel
 //    eager mode runs (csrc/native/HostKernel.h), through its out= overload when
 //    it has one, so that its output lands in a planned buffer;
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "Elementwise.h"
+#include "Gemm.h"
 #include "Graph.h"
 #include "MemoryPlan.h"
 
@@ -35,7 +37,7 @@ struct Location {
 };
 
 struct Step {
-  enum Kind : uint8_t { Call, Fused } kind = Call;
+  enum Kind : uint8_t { Call, Fused, Gemm } kind = Call;
   int node = -1;                   // the (last) node it runs, for messages
   std::string label;               // "aten::addmm (line 5)"
   // Call
@@ -53,6 +55,7 @@ struct Step {
   std::vector<int> inputs;         // Fused: values loaded
   std::vector<int> outputs;        // values written
   ElementwiseKernel kernel;        // Fused
+  GemmKernel gemm;                 // Gemm: its operands are the Call's tensor slots and first output
   std::vector<int> release;        // values whose last reader this step is
 };
 
@@ -64,6 +67,7 @@ struct ProgramStats {
   int64_t views = 0;
   int64_t calls = 0;
   int64_t out_calls = 0;
+  int64_t gemms = 0;
   size_t arena_bytes = 0;
   size_t naive_bytes = 0;
 };
