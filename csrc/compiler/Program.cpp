@@ -16,6 +16,7 @@
 #include "core/Device.h"
 #include "core/KernelArgs.h"
 #include "core/Launch.h"
+#include "core/Stream.h"
 #include "native/Factory.h"
 #include "native/hostkernel/HostKernel.h"
 
@@ -211,6 +212,19 @@ std::optional<GemmKernel> gemm_of(const Graph& g, const Node& n, const Step& ste
     kernel.alpha = static_cast<float>(alpha.isInt() ? alpha.toInt() : alpha.toDouble());
   }
   return kernel;
+}
+
+// A CPU tensor over an operand's bytes, with the program's geometry for it.
+at::Tensor host_view(const Operand& o, const TensorMeta& m) {
+  if (o.host.defined()) return o.host;
+  auto storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), o.nbytes, c10::DataPtr(kernel_address(o.base), c10::Device(c10::kCPU)),
+      /*allocator=*/nullptr, /*resizable=*/false);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(std::move(storage)),
+                                                   c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                   c10::scalarTypeToTypeMeta(m.dtype));
+  impl->set_sizes_and_strides(m.sizes, m.strides, o.offset);
+  return at::Tensor(std::move(impl));
 }
 
 std::string label_of(const Node& n) {
@@ -499,6 +513,9 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
     const bool host_scalar = t.defined() && t.device().is_cpu() && t.dim() == 0;
     TORCH_CHECK(t.defined() && (t.device().type() == kMyDev || host_scalar), "mydev program '", g.name, "': input ", i,
                 " must be a mydev tensor or a 0-dim CPU tensor, got ", t.defined() ? t.device().str() : "None");
+    // The queued task reads the bytes with the program's geometry, which has no lazy negation.
+    TORCH_CHECK(!t.is_neg() && !t.is_conj(), "mydev program '", g.name, "': input ", i,
+                " has a lazy negation or conjugation bit; pass it through resolve_neg()/resolve_conj() first");
     if (!host_scalar) {
       if (device < 0) device = t.device().index();
       TORCH_CHECK(t.device().index() == device,
@@ -533,9 +550,7 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
       buffers.push_back(empty_device({elements}, {}, options.dtype(m.dtype)).as_strided(m.sizes, m.strides, m.offset));
     }
   }
-  at::Tensor arena = plan_.arena_bytes > 0
-                         ? empty_device({static_cast<int64_t>(plan_.arena_bytes)}, {}, options.dtype(at::kByte))
-                         : at::Tensor();
+  const at::Tensor arena = plan_.arena_bytes > 0 ? arena_for(device) : at::Tensor();
   std::vector<at::Tensor> results;
   results.reserve(g.outputs.size());
   for (int o : g.outputs) {
@@ -549,11 +564,24 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
       results.push_back(base.as_strided(m.sizes, m.strides, base.storage_offset() + m.offset - rm.offset));
     }
   }
-  std::vector<at::Tensor> owned_inputs, owned_buffers;
-  owned_inputs.reserve(inputs.size());
-  for (const at::Tensor& t : inputs) owned_inputs.push_back(args.own(t));
-  for (const at::Tensor& t : buffers) owned_buffers.push_back(args.own(t));
-  at::Tensor owned_arena = arena.defined() ? args.own(arena) : arena;
+  std::vector<Operand> operands;
+  operands.reserve(inputs.size() + buffers.size() + 1);
+  auto keep = [&](const at::Tensor& t) {
+    Operand o;
+    if (t.device().is_cpu()) {
+      o.host = t.clone();
+      return o;
+    }
+    const c10::Storage& storage = t.storage();
+    o.hold = args.keep(storage);
+    o.base = storage.mutable_data();
+    o.nbytes = storage.nbytes();
+    o.offset = t.storage_offset();
+    return o;
+  };
+  for (const at::Tensor& t : inputs) operands.push_back(keep(t));
+  for (const at::Tensor& t : buffers) operands.push_back(keep(t));
+  if (arena.defined()) operands.push_back(keep(arena));
   std::vector<c10::IValue> generators;
   for (const Step& st : steps_) {
     for (size_t k : st.generators) {
@@ -566,26 +594,42 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
     counters().ops_launched += stats_.nodes;
   }
   launch_async(device, g.name.c_str(),
-               [self = shared_from_this(), device, ins = std::move(owned_inputs), outs = std::move(owned_buffers),
-                arena = std::move(owned_arena), gens = std::move(generators)]() mutable {
-                 self->execute(device, ins, outs, arena, std::move(gens));
+               [self = shared_from_this(), device, ops = std::move(operands), gens = std::move(generators)]() mutable {
+                 self->execute(device, ops, std::move(gens));
                });
   return results;
 }
 
-void Program::execute(c10::DeviceIndex device, const std::vector<at::Tensor>& inputs,
-                      const std::vector<at::Tensor>& outputs, const at::Tensor& arena,
+at::Tensor Program::arena_for(c10::DeviceIndex device) {
+  const c10::Stream stream = current_stream(device);
+  std::lock_guard<std::mutex> lock(arenas_mutex_);
+  for (const auto& [s, arena] : arenas_) {
+    if (s == stream) return arena;
+  }
+  const auto options = at::TensorOptions().device(kMyDev, device).dtype(at::kByte);
+  at::Tensor arena = empty_device({static_cast<int64_t>(plan_.arena_bytes)}, {}, options);
+  arenas_.emplace_back(stream, arena);
+  return arena;
+}
+
+void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& operands,
                       std::vector<c10::IValue> generators) const {
   const Graph& g = graph_;
+  // Routes the CPU allocations of calls without an out= overload to device memory.
   HostCall call(device);
   std::vector<at::Tensor> values(g.values.size());
-  for (size_t i = 0; i < inputs.size(); ++i) values[g.inputs[i]] = call.to_host(inputs[i]);
-  const at::Tensor host_arena = arena.defined() ? call.to_host(arena) : arena;
+  const size_t n_in = g.inputs.size(), n_out = output_buffers_.size();
+  for (size_t i = 0; i < n_in; ++i) values[g.inputs[i]] = host_view(operands[i], g.values[g.inputs[i]].meta);
+  at::Tensor host_arena;
+  if (operands.size() > n_in + n_out) {
+    TensorMeta bytes{c10::ScalarType::Byte, {static_cast<int64_t>(plan_.arena_bytes)}, {1}, 0};
+    host_arena = host_view(operands[n_in + n_out], bytes);
+  }
   for (size_t v = 0; v < where_.size(); ++v) {
     const Location& loc = where_[v];
     if (loc.root != static_cast<int>(v)) continue;
     if (loc.kind == Location::Output) {
-      values[v] = call.to_host(outputs[loc.slot]);
+      values[v] = host_view(operands[n_in + loc.slot], output_buffers_[loc.slot]);
     } else if (loc.kind == Location::Arena) {
       const TensorMeta& m = g.values[v].meta;
       const int64_t offset = static_cast<int64_t>(plan_.offsets[loc.slot] / c10::elementSize(m.dtype)) + m.offset;

@@ -11,13 +11,15 @@
 //    eager mode runs (csrc/native/HostKernel.h), through its out= overload when
 //    it has one, so that its output lands in a planned buffer;
 //  - intermediates are laid out in one arena by liveness (MemoryPlan.h).
-// Running (run()): checks the inputs, allocates the outputs and the arena on the
-// device, and queues one task; the host returns at once. A failing op is
+// Running (run()): checks the inputs, allocates the outputs on the device
+// (the arena is the program's own, per stream), and queues one task; the host
+// returns at once. A failing op is
 // reported at the next synchronisation as "<program>: <op> (line N): <error>".
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,6 +74,18 @@ struct ProgramStats {
   size_t naive_bytes = 0;
 };
 
+// What the queued task keeps of a tensor the program reads or writes: its
+// bytes, and its storage unless the block is leased (core/KernelArgs.h). Its
+// geometry is the program's own (run() checked it), so no TensorImpl is kept:
+// a launch makes none on the host, and its task frees none.
+struct Operand {
+  c10::Storage hold;
+  void* base = nullptr;  // the storage's first byte (a device address)
+  size_t nbytes = 0;
+  int64_t offset = 0;    // the tensor's storage offset, in elements
+  at::Tensor host;       // a 0-dim CPU input: its value at the launch
+};
+
 class Program : public std::enable_shared_from_this<Program> {
  public:
   static std::shared_ptr<Program> compile(Graph graph);
@@ -96,8 +110,9 @@ class Program : public std::enable_shared_from_this<Program> {
   }
 
   // Runs on the stream's worker: what the queued task does.
-  void execute(c10::DeviceIndex device, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
-               const at::Tensor& arena, std::vector<c10::IValue> generators) const;
+  // `operands`: the inputs, then the output buffers, then the arena if any.
+  void execute(c10::DeviceIndex device, const std::vector<Operand>& operands,
+               std::vector<c10::IValue> generators) const;
 
  private:
   explicit Program(Graph graph) : graph_(std::move(graph)) {}
@@ -109,6 +124,12 @@ class Program : public std::enable_shared_from_this<Program> {
   std::vector<TensorMeta> output_buffers_;  // geometry of buffers the program returns
   std::vector<int> arena_buffers_;       // value id of each arena buffer
   MemoryPlan plan_;
+  // The arena of each stream the program ran on, kept for its later runs (as a
+  // CUDA graph keeps its private pool): runs on one stream execute one after
+  // another, so they can share it, and a launch allocates only its outputs.
+  at::Tensor arena_for(c10::DeviceIndex device);
+  std::mutex arenas_mutex_;
+  std::vector<std::pair<c10::Stream, at::Tensor>> arenas_;
   ProgramStats stats_;
   std::atomic<bool> profiling_{false};
   mutable std::vector<std::atomic<int64_t>> step_ns_;  // per step, summed over profiled runs
