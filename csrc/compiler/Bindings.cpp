@@ -50,6 +50,8 @@ void init_bindings(pybind11::module& parent) {
     return d;
   });
   m.def("reset_counters", [] { counters() = CompilerCounters{}; });
+  m.def("vector_math_enabled", &vector_math_enabled,
+        "Whether fused kernels compute transcendental functions with SLEEF's AVX2 functions (else libm).");
 }
 
 } // namespace my_device::compiler

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <sstream>
 
@@ -108,7 +110,13 @@ MYDEV_SLEEF_MAP(gelu_tanh,
 #undef MYDEV_SLEEF_MAP
 } // namespace vector_math
 #pragma GCC pop_options
-const bool kVectorMath = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+// MYDEV_COMPILER_VECTOR_MATH=0 keeps libm on AVX2 machines too (the path
+// other machines take, which the tests run that way).
+bool vector_math_wanted() {
+  const char* env = std::getenv("MYDEV_COMPILER_VECTOR_MATH");
+  return env == nullptr || std::string(env) != "0";
+}
+const bool kVectorMath = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && vector_math_wanted();
 #define MYDEV_VECTOR_MATH(NAME)     \
   if (kVectorMath) {                \
     vector_math::NAME(d, a, m);     \
@@ -396,6 +404,14 @@ void ElementwiseKernel::run(const std::vector<at::Tensor>& outputs, const std::v
   } else {
     iter.for_each(loop);
   }
+}
+
+bool vector_math_enabled() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  return kVectorMath;
+#else
+  return false;
+#endif
 }
 
 const char* opcode_name(Opcode op) {

@@ -69,5 +69,7 @@ struct ElementwiseKernel {
 };
 
 const char* opcode_name(Opcode op);
+// Whether transcendental opcodes use SLEEF's vector functions (see Elementwise.cpp).
+bool vector_math_enabled();
 
 } // namespace my_device::compiler
