@@ -143,6 +143,18 @@ at::Tensor LazyNativeFunctions::_copy_from_and_resize(const at::Tensor& self, co
   return dst;
 }
 
+// copy_ as functionalization rewrites it (x[0] = v, eager.to("lazy")): a tensor like self holding src's
+// values. src may be an eager tensor (mydev or CPU), which becomes the graph's device data.
+at::Tensor LazyNativeFunctions::copy(const at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  torch::lazy::LazyTensorPtr target = torch::lazy::TryGetLtcTensor(self);
+  torch::lazy::LazyTensorPtr value = torch::lazy::TryGetLtcTensor(src);
+  if (!value) value = torch::lazy::LazyTensor::Create(src.detach(), target->GetDevice());
+  torch::lazy::NodePtr node =
+      torch::lazy::MakeNode<Copy>(target->GetIrValue(), value->GetIrValue(), non_blocking,
+                                  torch::lazy::compute_shape_copy(self, src, non_blocking));
+  return wrap(torch::lazy::LazyTensor::Create(std::move(node), target->GetDevice()));
+}
+
 // A lazy tensor is a value: a clone is the same value.
 at::Tensor LazyNativeFunctions::clone(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
   torch::lazy::LazyTensorPtr t = torch::lazy::TryGetLtcTensor(self);
