@@ -1,5 +1,6 @@
 // The Lazy kernels torchgen cannot generate (the `supported` list of mydev_lazy_ops.yaml): where lazy
-// tensors come from, how they leave, and the ops that only move values around.
+// tensors come from and how they leave (empty, _to_copy, _copy_from, lift), the ops that only move values
+// around (copy, clone, fill_, _unsafe_view), and backward ops whose ATen kernels are views.
 //
 // Every lazy tensor handed to the user is wrapped for functionalization (empty, _to_copy from another
 // device, lift): the Functionalize key then turns views into *_copy ops and in-place ops into their
@@ -9,15 +10,11 @@
 #include <ATen/ops/select_backward_ops.h>
 #include <ATen/ops/slice_backward_ops.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
-#include <torch/csrc/lazy/backend/backend_interface.h>
 #include <torch/csrc/lazy/core/ir_builder.h>
 #include <torch/csrc/lazy/core/lazy_graph_executor.h>
 #include <torch/csrc/lazy/core/tensor.h>
 #include <torch/csrc/lazy/core/tensor_impl.h>
 
-#include <atomic>
-
-#include "Lazy.h"
 #include "ShapeInference.h"
 #include "core/Device.h"
 #include "../build/generated/mydev_lazy/LazyIr.h"
@@ -66,10 +63,9 @@ at::Tensor LazyNativeFunctions::empty_strided_symint(c10::SymIntArrayRef size, c
                                                      std::optional<at::Layout> layout,
                                                      std::optional<at::Device> device,
                                                      std::optional<bool> pin_memory) {
-  // A lazy tensor's data is always contiguous (Backend.cpp); other strides only exist as a view of it.
-  at::Tensor t = empty_symint(size, dtype, layout, device, pin_memory, std::nullopt);
-  if (t.sym_strides() == stride) return t;
-  return t.as_strided_symint(size, stride, 0);
+  // A lazy tensor has the strides of a contiguous tensor of its sizes whatever its history (LTC's
+  // TensorImpl computes them so), hence `stride` cannot be kept.
+  return empty_symint(size, dtype, layout, device, pin_memory, std::nullopt);
 }
 
 at::Tensor LazyNativeFunctions::_to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype,
