@@ -178,3 +178,16 @@ def test_scalars_and_in_place_ops_trace_into_one_graph():
     for g, e in zip(got, expected):
         assert g.dtype == e.dtype
         torch.testing.assert_close(g.to("mydev"), e)
+
+
+def test_the_differences_from_eager_the_readme_lists():
+    # LTC gives every lazy tensor contiguous strides (its TensorImpl computes them from the sizes), so a
+    # transposed view claims to be contiguous and .contiguous() returns the view itself. README.md says
+    # so; this notices when it stops being true.
+    x = torch.ones(2, 3, device="lazy")
+    assert x.t().is_contiguous() and not torch.ones(2, 3, device="mydev").t().is_contiguous()
+    x.t().contiguous().add_(1)
+    torch.testing.assert_close(x.to("mydev"), torch.full((2, 3), 2.0, device="mydev"))
+    with pytest.raises(RuntimeError, match="mutating a non-functional tensor with a functional tensor"):
+        torch.empty(2, 3).copy_(x)
+    torch.testing.assert_close(x.cpu(), torch.full((2, 3), 2.0))  # the lazy tensor is intact
