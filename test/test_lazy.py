@@ -133,7 +133,9 @@ def _random_draws(dev):
     d = torch.full((5,), 0.3, device=dev).bernoulli_()
     e = torch.empty(8, device=dev).normal_(1.0, 3.0)
     f = torch.bernoulli(torch.full((7,), 0.6, device=dev))
-    return a, b, c, d, e, f
+    w = torch.linspace(-1, 1, 12).reshape(3, 4).to(dev).requires_grad_()
+    F.dropout(w, 0.3).pow(2).sum().backward()  # native_dropout_backward with the drawn mask
+    return a, b, c, d, e, f, w.grad
 
 
 def test_random_ops_trace_and_draw_from_the_mydev_generator():
@@ -161,6 +163,8 @@ def _scalars_and_in_place(dev):
     x.add_(1, alpha=2).mul_(y)
     x[0] = 7.0
     x[:, 1] += 1
+    x[:, 1:] *= 2
+    x.as_strided((2,), (4,), 1).sub_(3)
     z = x.t().clone()
     z.sub_(torch.ones(3, 2, device=dev))
     w = x.sum(dim=0, keepdim=True) / x.mean()

@@ -116,7 +116,7 @@ at::Tensor LazyNativeFunctions::_copy_from(const at::Tensor& self, const at::Ten
   } else {
     // copy_ between lazy tensors: dst takes self's value, broadcast to its shape (SetInPlaceIrValue casts
     // to dst's dtype).
-    at::Tensor value = self.sizes() == dst.sizes() ? self : expand_copy_symint(self, dst.sym_sizes(), false);
+    at::Tensor value = self.sizes() == dst.sizes() ? self : expand_copy(self, dst.sizes(), false);
     target->SetInPlaceIrValue(torch::lazy::TryGetLtcTensor(value)->GetIrValue());
   }
   return dst;
@@ -165,7 +165,7 @@ at::Tensor& LazyNativeFunctions::fill_(at::Tensor& self, const at::Scalar& value
 }
 
 at::Tensor LazyNativeFunctions::_unsafe_view(const at::Tensor& self, at::IntArrayRef size) {
-  return view_copy_symint(self, c10::fromIntArrayRefSlow(size));
+  return view_copy(self, size);
 }
 
 // torch.tensor(...) and friends on the lazy device: a new lazy tensor joins functionalization.
