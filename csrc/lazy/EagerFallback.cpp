@@ -5,7 +5,6 @@
 // not exported, and it would run on the CPU.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/lazy/core/tensor.h>
-#include <torch/csrc/lazy/core/tensor_impl.h>
 #include <torch/library.h>
 
 #include "Lazy.h"
@@ -52,12 +51,7 @@ void eager_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   op.callBoxed(stack);
-  for (auto& [lazy, eager] : written) {
-    // An out= op may have resized its output (arange(6) writes into an empty tensor): the lazy tensor
-    // takes the new shape, and its TensorImpl drops the sizes it cached.
-    torch::lazy::TryGetLtcTensor(lazy)->UpdateFromTensorOut(eager);
-    static_cast<torch::lazy::LTCTensorImpl*>(lazy.unsafeGetTensorImpl())->force_refresh_sizes();
-  }
+  for (auto& [lazy, eager] : written) torch::lazy::TryGetLtcTensor(lazy)->UpdateFromTensor(eager, /*sync=*/false);
   const size_t nrets = schema.returns().size();
   for (size_t r = 0; r < nrets; ++r) {
     c10::IValue& v = (*stack)[stack->size() - nrets + r];
