@@ -2,6 +2,7 @@
 PyTorch integration (csrc/) in one extension, with torch's cpp_extension + ninja."""
 import glob
 import os
+import runpy
 
 # Building the backend must not autoload an installed (possibly stale) copy of
 # it through torch's torch.backends entry point.
@@ -12,12 +13,20 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RUNTIME = os.path.join("third_party", "mydev_runtime")
+# The Lazy kernels torchgen generates from csrc/lazy/mydev_lazy_ops.yaml (csrc/lazy/gen_lazy_kernels.py).
+LAZY_SOURCES = [os.path.join("build", "generated", "mydev_lazy", f) for f in ("LazyNativeFunctions.cpp", "RegisterLazy.cpp")]
 
 
 def sources():
     found = sorted(glob.glob(os.path.join(RUNTIME, "src", "*.cpp")))
     found += sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
-    return found
+    return found + LAZY_SOURCES
+
+
+class BuildExtensionGeneratingLazyKernels(BuildExtension.with_options(use_ninja=True)):
+    def run(self):
+        runpy.run_path(os.path.join(ROOT, "csrc", "lazy", "gen_lazy_kernels.py"))["generate"]()
+        super().run()
 
 
 setup(
@@ -31,5 +40,5 @@ setup(
             extra_link_args=["-pthread"],
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExtensionGeneratingLazyKernels},
 )

@@ -1,9 +1,12 @@
 """Lazy tensors on mydev (my_device.lazy): traced graphs run as mydev programs; against eager mydev."""
 import copy
+import os
 
 import pytest
 import torch
 import torch._lazy
+import torch.nn.functional as F
+import yaml
 from torch import nn
 
 import my_device
@@ -12,6 +15,14 @@ import my_device.lazy as ml
 from test_compiler import _models
 
 ml.init()
+
+OPS_YAML = os.path.join(os.path.dirname(__file__), "..", "csrc", "lazy", "mydev_lazy_ops.yaml")
+
+
+def _listed_ops():
+    with open(OPS_YAML) as f:
+        spec = yaml.safe_load(f)
+    return spec["full_codegen"] + spec["supported"]
 
 
 def test_a_traced_graph_runs_on_device_data():
@@ -43,16 +54,19 @@ def test_training_matches_eager_and_steady_state_compiles_nothing(name):
     opt_e = torch.optim.SGD(eager.parameters(), lr=1e-2, momentum=0.9)
     opt_l = torch.optim.SGD(lazy_model.parameters(), lr=1e-2, momentum=0.9)
     my_device.reset_fallback_counts()
-    for step in range(5):
-        x = make_input()
-        for m, opt, dev in ((eager, opt_e, "mydev"), (lazy_model, opt_l, "lazy")):
-            opt.zero_grad()
-            (m(x.to(dev)) ** 2).mean().backward()
-            opt.step()
-        torch._lazy.mark_step()
-        if step == 1:
-            before = ml.metrics()
+    with my_device.track_fallbacks() as fb:
+        for step in range(5):
+            x = make_input()
+            for m, opt, dev in ((eager, opt_e, "mydev"), (lazy_model, opt_l, "lazy")):
+                opt.zero_grad()
+                (m(x.to(dev)) ** 2).mean().backward()
+                opt.step()
+            torch._lazy.mark_step()
+            if step == 1:
+                before = ml.metrics()
     after = ml.metrics()
+    # every op of the 5 steps (moving the model in included) has a lazy kernel of mydev_lazy_ops.yaml
+    assert fb.counts() == {}
     for p, q in zip(lazy_model.parameters(), eager.parameters()):
         torch.testing.assert_close(p.to("mydev"), q, rtol=1e-4, atol=1e-5)
     assert after["graphs_compiled"] == before["graphs_compiled"]  # steps 3-5 reuse the programs
@@ -80,3 +94,104 @@ def test_metrics_report_the_work():
     torch.ones(256).to("lazy").add_(1)
     torch._lazy.mark_step()
     assert ml.metrics()["transfer_bytes"] >= before + 256 * 4
+
+
+def test_the_lazy_kernels_are_the_generated_ones_of_the_yaml():
+    # Every op of csrc/lazy/mydev_lazy_ops.yaml has its Lazy kernel registered by the file torchgen
+    # generated at build time (build/generated/mydev_lazy/RegisterLazy.cpp).
+    listed = _listed_ops()
+    assert "addmm" in listed and "convolution_backward" in listed
+    for op in listed:
+        name = "aten::" + op
+        lazy = [line for line in torch._C._dispatch_dump(name).splitlines() if line.startswith("Lazy:")]
+        assert len(lazy) == 1 and "mydev_lazy/RegisterLazy.cpp" in lazy[0], (name, lazy)
+    # libtorch's TorchScript lazy kernels are not registered: cos has one there, not in our list.
+    assert "cos" not in listed
+    table = [line for line in torch._C._dispatch_dump_table("aten::cos").splitlines() if line.startswith("Lazy:")]
+    assert len(table) == 1 and "EagerFallback.cpp" in table[0] and "fallback" in table[0]
+
+
+def test_ops_outside_the_list_run_through_the_eager_fallback_and_are_counted():
+    assert "cos" not in _listed_ops() and not any(op.startswith("arange") for op in _listed_ops())
+    expected = torch.cos(torch.arange(6.0, device="mydev").reshape(2, 3)) * 2
+    with my_device.track_fallbacks() as fb:
+        x = torch.arange(6.0, device="lazy")  # arange.start_out: an out= op whose output grows from empty
+        y = torch.cos(x.reshape(2, 3)) * 2  # the fallback's result is a lazy tensor: * 2 traces
+        torch._lazy.mark_step()
+    assert fb.counts() == {"lazy::aten::arange.start_out": 1, "lazy::aten::cos": 1}
+    data = ml.device_data(y)
+    assert data is not None and data.device.type == "mydev"
+    torch.testing.assert_close(y.to("mydev"), expected)
+    torch.testing.assert_close(x.to("mydev"), torch.arange(6.0, device="mydev"))
+
+
+def _random_draws(dev):
+    torch.mydev.manual_seed(11)
+    a = torch.randn(4, 5, device=dev)
+    b = torch.empty(3, 3, device=dev).uniform_(-1, 2)
+    c = F.dropout(torch.ones(6, 6, device=dev), 0.4)
+    d = torch.full((5,), 0.3, device=dev).bernoulli_()
+    e = torch.empty(8, device=dev).normal_(1.0, 3.0)
+    f = torch.bernoulli(torch.full((7,), 0.6, device=dev))
+    w = torch.linspace(-1, 1, 12).reshape(3, 4).to(dev).requires_grad_()
+    F.dropout(w, 0.3).pow(2).sum().backward()  # native_dropout_backward with the drawn mask
+    return a, b, c, d, e, f, w.grad
+
+
+def test_random_ops_trace_and_draw_from_the_mydev_generator():
+    expected = _random_draws("mydev")
+    cpu_state = torch.get_rng_state()
+    executions = ml.metrics()["executions"]
+    with my_device.track_fallbacks() as fb:
+        got = _random_draws("lazy")
+        torch._lazy.mark_step()  # all six in one graph: drawn in program order, as eagerly
+    assert fb.counts() == {}
+    assert ml.metrics()["executions"] == executions + 1
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g.to("mydev"), e, rtol=0, atol=0)
+    assert torch.equal(torch.get_rng_state(), cpu_state)  # the CPU generator was not used
+    # dropout's checks are eager's, and the device works after the error
+    with pytest.raises(RuntimeError, match="dropout probability has to be between 0 and 1, but got 1.5"):
+        torch.native_dropout(torch.ones(3, device="lazy"), 1.5, True)
+    torch.testing.assert_close(F.dropout(torch.ones(3, device="lazy"), 0.0).to("mydev"), torch.ones(3, device="mydev"))
+
+
+def _scalars_and_in_place(dev):
+    x = torch.arange(6.0).reshape(2, 3).to(dev)
+    y = (x + 1) * 2.5 - 0.5
+    y = y / 3
+    x.add_(1, alpha=2).mul_(y)
+    x[0] = 7.0
+    x[:, 1] += 1
+    x[:, 1:] *= 2
+    x.as_strided((2,), (4,), 1).sub_(3)
+    z = x.t().clone()
+    z.sub_(torch.ones(3, 2, device=dev))
+    w = x.sum(dim=0, keepdim=True) / x.mean()
+    return x, y, z, w, x.double() * 2
+
+
+def test_scalars_and_in_place_ops_trace_into_one_graph():
+    expected = _scalars_and_in_place("mydev")
+    executions = ml.metrics()["executions"]
+    with my_device.track_fallbacks() as fb:
+        got = _scalars_and_in_place("lazy")
+        torch._lazy.mark_step()
+    assert fb.counts() == {}
+    assert ml.metrics()["executions"] == executions + 1
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g.to("mydev"), e)
+
+
+def test_the_differences_from_eager_the_readme_lists():
+    # LTC gives every lazy tensor contiguous strides (its TensorImpl computes them from the sizes), so a
+    # transposed view claims to be contiguous and .contiguous() returns the view itself. README.md says
+    # so; this notices when it stops being true.
+    x = torch.ones(2, 3, device="lazy")
+    assert x.t().is_contiguous() and not torch.ones(2, 3, device="mydev").t().is_contiguous()
+    x.t().contiguous().add_(1)
+    torch.testing.assert_close(x.to("mydev"), torch.full((2, 3), 2.0, device="mydev"))
+    with pytest.raises(RuntimeError, match="mutating a non-functional tensor with a functional tensor"):
+        torch.empty(2, 3).copy_(x)
+    torch.testing.assert_close(x.cpu(), torch.full((2, 3), 2.0))  # the lazy tensor is intact
