@@ -89,7 +89,7 @@ void mydev_check_input(AtenTensorHandle tensor, int64_t index, const char* name)
 
 // AOTInductor's model runtime cannot create a model for mydev (see
 // csrc/inductor/AOTIModelRunner.cpp), so a mydev model is a host model whose
-// constructor loads the weights itself (mydev_load_constants below): each
+// constructor loads the weights itself, each with mydev_load_constant: a
 // weight Inductor placed on mydev is copied there once, when the package is
 // loaded, and the model's constant map holds that mydev tensor from then on.
 
