@@ -304,6 +304,8 @@ def test_extern_kernels_with_several_outputs(mode, tmp_path):
             run, _, targets = _package(model, (xd,), tmp_path / "several.pt2")
             out = run(xd)
         assert {t.split(".")[0] for t in targets} >= set(_SEVERAL), targets
+        with pytest.raises(RuntimeError, match=r"input 0 \(\w+\) is a cpu tensor, not a mydev tensor"):
+            run(x)  # refused; the model and the device keep working (below)
     assert fb.counts() == {}
     for o in (out, run(xd)):
         assert len(o) == len(reference)
