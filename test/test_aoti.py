@@ -261,6 +261,8 @@ def test_extern_kernels_write_into_slices_of_cat(mode, tmp_path):
         else:
             run, code, targets = _package(model, (xd,), tmp_path / "cat.pt2")
             assert {"aten::mm.out", "aten::addmm.out"} <= targets, targets
+            # what the proxy executor returns for a view goes to a handle of its own
+            assert re.search(r"\b(buf\d+), \1_returned\}", code), code
             out = run(xd)
     # the matmuls' outputs are views of the cat's buffer, written in place
     views = re.findall(r"auto (buf\d+) = wrap_with_raii_handle_if_needed\(reinterpret_tensor_wrapper\((buf\d+)", code)
