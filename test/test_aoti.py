@@ -217,6 +217,23 @@ def test_aoti_load_constants(aoti_packages):
     torch.testing.assert_close(out.cpu(), changed(c.x).detach())
 
 
+def test_aoti_weights_outside_the_library(tmp_path):
+    # aot_inductor.package_constants_in_so=False: the package is loaded
+    # without its weights, and a call refuses to run until it has them.
+    c = Compiled("mlp")
+    exported = torch.export.export(c.model, (c.x.to(DEV),))
+    path = str(tmp_path / "no_weights.pt2")
+    with torch._inductor.config.patch({"aot_inductor.package_constants_in_so": False}):
+        torch._inductor.aoti_compile_and_package(exported, package_path=path)
+    loaded = torch._inductor.aoti_load_package(path)
+    x = c.x.to(DEV)
+    with pytest.raises(RuntimeError, match=r"mydev model: weight [\w.]+ is not loaded"):
+        loaded(x)
+    state = c.model.state_dict()
+    loaded.load_constants({fqn: state[fqn].cpu() for fqn in loaded.get_constant_fqns()}, check_full_update=True)
+    torch.testing.assert_close(loaded(x).cpu(), c.reference)  # after the refusal, on a working device
+
+
 # -- extern kernels: writing into views, several outputs ------------------------
 
 

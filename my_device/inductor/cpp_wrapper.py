@@ -120,7 +120,13 @@ AtenTensorHandle mydev_load_constant(uint8_t* data, const std::vector<int64_t>& 
 // replaced it (AOTICompiledModel.load_constants with host tensors, which the
 // runtime copies into a host buffer, as the weight is declared a host
 // tensor): then each call copies it to mydev.
-torch::aot_inductor::RAIIAtenTensorHandle mydev_constant(AtenTensorHandle constant) {
+torch::aot_inductor::RAIIAtenTensorHandle mydev_constant(AtenTensorHandle constant, const char* fqn) {
+  if (constant == nullptr) {
+    // A package whose weights are stored outside its library (aot_inductor.package_constants_in_so=False)
+    // is loaded without them; the kernels would read no memory.
+    throw std::runtime_error(std::string("mydev model: weight ") + fqn +
+                             " is not loaded; give the model its weights with AOTICompiledModel.load_constants");
+  }
   int32_t device_type = 0;
   AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(constant, &device_type));
   AtenTensorHandle result = nullptr;
@@ -264,7 +270,7 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
             tensor = V.graph.get_original_value_of_constant(name)
             if tensor.device.type == "mydev":
                 self.prefix.writeline(
-                    f"[[maybe_unused]] auto {name} = mydev_constant(constants_->at({idx}));"
+                    f'[[maybe_unused]] auto {name} = mydev_constant(constants_->at({idx}), "{_original_fqn(name)}");'
                 )
             else:
                 self.prefix.writeline(f"[[maybe_unused]] auto& {name} = constants_->at({idx});")
@@ -399,6 +405,11 @@ class _DispatchLine(WrapperLine):
 
     def codegen(self, code) -> None:
         self.wrapper._dispatch(self.node, self.op, self.args, self.kwargs, self.outputs)
+
+
+def _original_fqn(name: str) -> str:
+    """The name a user gives a weight (AOTICompiledModel.get_constant_fqns)."""
+    return V.graph.dynamo_flat_name_to_original_fqn.get(name, V.graph.allocated_constant_name.get(name, name))
 
 
 def _weights_in_library() -> bool:
