@@ -1,7 +1,9 @@
 """Inductor's C++ wrapper on mydev: torch._inductor.config.cpp_wrapper = True,
 and AOTInductor packages (aoti_compile_and_package / aoti_load_package).
 Each compiled model is checked against CPU eager, its kernels are queued on
-the mydev stream, and its extern kernels reach mydev through the dispatcher."""
+the mydev stream, its extern kernels (several outputs, writing into views)
+reach mydev through the dispatcher, and a package's weights are copied to
+mydev once, when it is loaded."""
 import copy
 import json
 import re
