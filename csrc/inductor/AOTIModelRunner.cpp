@@ -3,12 +3,14 @@
 // the package's device key from a registry that only C++ can extend, and
 // without one it fails with "Unsupported device key found: mydev".
 //
-// The runner is CPU's: the compiled model is created for the host ("cpu"). AOTInductor's model runtime (aoti_runtime/
-// model_base.h, compiled into every package) accepts only cpu, cuda, xpu and
-// mps as device strings; mydev's generated wrapper runs on the host anyway,
-// queues its kernels on mydev streams itself, allocates on mydev explicitly,
-// and keeps the packaged weights on the host, copying them to mydev when the
-// model runs (my_device/inductor/cpp_wrapper.py).
+// The runner is CPU's: the compiled model is created for the host ("cpu").
+// AOTInductor's model runtime (aoti_runtime/model_base.h, compiled into every
+// package) accepts only cpu, cuda, xpu and mps as device strings, and creates a
+// model's weights in one buffer on the model's device. mydev's generated wrapper
+// runs on the host anyway, queues its kernels on mydev streams itself, allocates
+// on mydev explicitly, and its model constructor loads the packaged weights
+// itself, each mydev weight onto mydev once, at load time
+// (my_device/inductor/cpp_wrapper.py).
 #include <torch/csrc/inductor/aoti_runner/model_container_runner_cpu.h>
 
 #include <memory>

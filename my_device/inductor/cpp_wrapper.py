@@ -16,9 +16,13 @@ differences of the Python wrapper (wrapper.py), and two of AOTInductor's own:
   kernels directly, on the host thread and out of stream order;
 - (AOTInductor) the model refuses an input that is not a mydev tensor, naming
   it, before any kernel sees it;
-- (AOTInductor) the packaged weights are created on the host and copied to
-  mydev when the model runs, because AOTInductor's runtime cannot create a
-  model for a PrivateUse1 device (csrc/inductor/AOTIModelRunner.cpp).
+- (AOTInductor) the model's constructor loads the packaged weights itself,
+  each mydev weight straight onto mydev, once, when the package is loaded:
+  AOTInductor's runtime cannot create a model for a PrivateUse1 device
+  (csrc/inductor/AOTIModelRunner.cpp), so it would keep them on the host;
+- (AOTInductor) an out= extern kernel's returned tensor gets a handle of its
+  own, so that a kernel writing into a view of a buffer leaves the buffer's
+  handle alone (the proxy executor assigns the result to the output handle).
 """
 
 import torch
@@ -33,10 +37,12 @@ from .kernels import unpack_argument
 _LAUNCH_HELPER = r"""
 #include <torch/csrc/stable/c/shim.h>
 #include <torch/csrc/stable/stableivalue_conversions.h>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace {
 // Queues `entry` (a kernel of this library) on the current mydev stream: the
@@ -81,23 +87,66 @@ void mydev_check_input(AtenTensorHandle tensor, int64_t index, const char* name)
   }
 }
 
-// AOTInductor keeps a mydev model's weights on the host (see
-// csrc/inductor/AOTIModelRunner.cpp); a run uses a mydev copy of each.
-torch::aot_inductor::RAIIAtenTensorHandle mydev_constant_on_device(AtenTensorHandle host) {
+// AOTInductor's model runtime cannot create a model for mydev (see
+// csrc/inductor/AOTIModelRunner.cpp), so a mydev model is a host model whose
+// constructor loads the weights itself, each with mydev_load_constant: a
+// weight Inductor placed on mydev is copied there once, when the package is
+// loaded, and the model's constant map holds that mydev tensor from then on.
+
+// One constant of the model image, `data` pointing at its storage: a mydev
+// tensor when the model uses it on mydev, a host tensor owning a copy otherwise.
+AtenTensorHandle mydev_load_constant(uint8_t* data, const std::vector<int64_t>& sizes,
+                                     const std::vector<int64_t>& strides, int64_t offset, int32_t dtype,
+                                     bool on_mydev) {
+  const auto ndim = static_cast<int64_t>(sizes.size());
+  AtenTensorHandle image = nullptr;
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_create_tensor_from_blob(
+      data, ndim, sizes.data(), strides.data(), offset, dtype, aoti_torch_device_type_cpu(), 0, &image));
+  torch::aot_inductor::RAIIAtenTensorHandle image_owner(image);
+  AtenTensorHandle result = nullptr;
+  if (on_mydev) {
+    // -1: the current mydev device, as a CUDA model takes the current CUDA device.
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
+        ndim, sizes.data(), strides.data(), dtype, aoti_torch_device_type_privateuse1(), -1, &result));
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(result, image, 0));
+  } else {
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_clone(image, &result));
+  }
+  return result;
+}
+
+// A mydev weight as one call uses it. After loading it is on mydev, and the
+// call takes a new reference to it. It is on the host only when the user
+// replaced it (AOTICompiledModel.load_constants with host tensors, which the
+// runtime copies into a host buffer, as the weight is declared a host
+// tensor): then each call copies it to mydev.
+torch::aot_inductor::RAIIAtenTensorHandle mydev_constant(AtenTensorHandle constant, const char* fqn) {
+  if (constant == nullptr) {
+    // A package whose weights are stored outside its library (aot_inductor.package_constants_in_so=False)
+    // is loaded without them; the kernels would read no memory.
+    throw std::runtime_error(std::string("mydev model: weight ") + fqn +
+                             " is not loaded; give the model its weights with AOTICompiledModel.load_constants");
+  }
+  int32_t device_type = 0;
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(constant, &device_type));
+  AtenTensorHandle result = nullptr;
+  if (device_type == aoti_torch_device_type_privateuse1()) {
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle(constant, &result));
+    return torch::aot_inductor::RAIIAtenTensorHandle(result);
+  }
   int64_t ndim = 0;
   int64_t* sizes = nullptr;
   int64_t* strides = nullptr;
   int32_t dtype = 0;
-  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dim(host, &ndim));
-  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_sizes(host, &sizes));
-  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_strides(host, &strides));
-  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(host, &dtype));
-  AtenTensorHandle device = nullptr;
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dim(constant, &ndim));
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_sizes(constant, &sizes));
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_strides(constant, &strides));
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(constant, &dtype));
   AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
-      ndim, sizes, strides, dtype, aoti_torch_device_type_privateuse1(), -1, &device));
-  torch::aot_inductor::RAIIAtenTensorHandle result(device);
-  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(result.get(), host, 0));
-  return result;
+      ndim, sizes, strides, dtype, aoti_torch_device_type_privateuse1(), -1, &result));
+  torch::aot_inductor::RAIIAtenTensorHandle copy(result);
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(copy.get(), constant, 0));
+  return copy;
 }
 
 // A kernel argument as a handle, whatever holds it (RAII handle, constant, view).
@@ -173,12 +222,46 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
 
     def codegen_model_constructor(self):
         # AOTInductor's runtime creates weights on the model's device, which
-        # for mydev is the host (csrc/inductor/AOTIModelRunner.cpp says why).
+        # for mydev is the host (csrc/inductor/AOTIModelRunner.cpp says why):
+        # the weights are declared host tensors, and the constructor loads
+        # them itself, the mydev ones onto mydev (mydev_load_constant).
         self._weights_on_host = True
         try:
             super().codegen_model_constructor()
         finally:
             self._weights_on_host = False
+        if not _weights_in_library() or not V.graph.constants:
+            return
+        closing = self.prefix._lines.pop()
+        assert str(closing).strip() == "}", closing  # the constructor's last line
+        on_mydev = ", ".join(
+            "true" if V.graph.get_original_value_of_constant(name).device.type == "mydev" else "false"
+            for name in V.graph.constants
+        )
+        self.prefix.splice(
+            f"""
+                // mydev: the weights are loaded here, once, and load_constants
+                // (which would copy each into one host buffer first) is skipped.
+                include_weights = false;
+                {{
+                    static constexpr bool on_mydev[] = {{{on_mydev}}};
+                    size_t image_offset = 0;  // where load_constants would read each weight
+                    for (size_t i = 0; i < constants_info_.size(); ++i) {{
+                        const auto& info = constants_info_[i];
+                        if (info.from_folded) continue;
+                        // The map is the container's, shared by its models: the first loads it.
+                        if (constants_map_->count(info.name) == 0) {{
+                            constants_map_->emplace(info.name, mydev_load_constant(
+                                _get_constants_start() + image_offset, info.shape, info.stride,
+                                info.offset, info.dtype, on_mydev[i]));
+                        }}
+                        image_offset += info.data_size;
+                    }}
+                    update_constants_array_from_map();
+                }}
+            """
+        )
+        self.prefix.writeline(closing)
 
     def _write_constants_unpacking(self):
         if not V.graph.aot_mode:
@@ -187,7 +270,7 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
             tensor = V.graph.get_original_value_of_constant(name)
             if tensor.device.type == "mydev":
                 self.prefix.writeline(
-                    f"[[maybe_unused]] auto {name} = mydev_constant_on_device(constants_->at({idx}));"
+                    f'[[maybe_unused]] auto {name} = mydev_constant(constants_->at({idx}), "{_original_fqn(name)}");'
                 )
             else:
                 self.prefix.writeline(f"[[maybe_unused]] auto& {name} = constants_->at({idx});")
@@ -236,13 +319,6 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
     def generate_extern_kernel_out(self, node: ir.ExternKernelOut) -> None:
         if not _on_mydev(node) or not isinstance(node.op_overload, torch._ops.OpOverload):
             return super().generate_extern_kernel_out(node)
-        if V.graph.aot_mode and node.output_view is not None:
-            # The proxy executor hands an out= tensor over by buffer name, so a
-            # view of a buffer would be written as the whole buffer.
-            raise NotImplementedError(
-                f"mydev (AOTInductor): extern kernel {node.op_overload} writing into a view of "
-                f"{node.get_name()} is not supported"
-            )
         node.codegen_comment(self)
         args = [*node.inputs, *node.constant_args]
         kwargs = {**node.kwargs, "out": node.output_view or node}
@@ -291,14 +367,24 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
                 raw_args.append(kwargs[a.name])
             else:
                 raw_args.append(a.default_value)
-        if isinstance(outputs[0], _MutatedOutput):
-            output_args = [kwargs["out"].get_name()]
-        else:
-            output_args = [node.get_name()]
         if not V.graph.aot_mode:
+            # The out= tensor (a buffer, or a view of one: cat's inputs are
+            # written into its slices) is passed as an argument; the returned
+            # alias of it is not kept.
+            output_args = [node.get_name()]
             self.generate_fallback_kernel_with_runtime_lookup_boxed(op, raw_args, output_args, outputs)
             return
-        _export_extern_node(node, op, args, kwargs, outputs)
+        if isinstance(outputs[0], _MutatedOutput):
+            # The proxy executor assigns what the op returns to the handle it
+            # is given for the output. For out= that is the out tensor itself,
+            # or, when it is a view, a tensor that is not the buffer: so it gets
+            # a handle of its own, dropped after the call, and the buffer's
+            # handle keeps naming the whole buffer.
+            output_args = [f"{node.get_name()}_returned"]
+            outputs = [node]
+        else:
+            output_args = [node.get_name()]
+        _export_extern_node(node, op, args, kwargs, output_args[0])
         self.generate_fallback_kernel_with_runtime_lookup_aot(op, raw_args, output_args, outputs)
 
 
@@ -321,12 +407,26 @@ class _DispatchLine(WrapperLine):
         self.wrapper._dispatch(self.node, self.op, self.args, self.kwargs, self.outputs)
 
 
+def _original_fqn(name: str) -> str:
+    """The name a user gives a weight (AOTICompiledModel.get_constant_fqns)."""
+    return V.graph.dynamo_flat_name_to_original_fqn.get(name, V.graph.allocated_constant_name.get(name, name))
+
+
+def _weights_in_library() -> bool:
+    """Whether AOTInductor writes the weights into the model's library (its
+    default), where the constructor finds them, as CppWrapperCpu decides it."""
+    from torch._inductor import config
+
+    return config.aot_inductor.package_constants_in_so and \
+        config.aot_inductor.package_constants_on_disk_format != "binary_blob"
+
+
 def _on_mydev(node) -> bool:
     device = node.get_device()
     return device is not None and device.type == "mydev"
 
 
-def _export_extern_node(node, op, args, kwargs, outputs) -> None:
+def _export_extern_node(node, op, args, kwargs, out_name) -> None:
     """Records the call for AOTInductor's proxy executor, as
     FallbackKernel.export_extern_kernel_node does for fallback ops."""
     from torch._export.serde import schema as export_schema
@@ -334,10 +434,6 @@ def _export_extern_node(node, op, args, kwargs, outputs) -> None:
     from torch._inductor.ir import ExternKernelNode
 
     named_arguments = GraphModuleSerializer(None, []).serialize_inputs(op, args, kwargs)
-    if isinstance(outputs[0], _MutatedOutput):
-        out_name = kwargs["out"].get_name()
-    else:
-        out_name = node.get_name()
     output_arguments = [export_schema.Argument.create(as_tensor=export_schema.TensorArgument(name=out_name))]
     V.extern_kernel_nodes.append(
         ExternKernelNode(
