@@ -136,13 +136,58 @@ inline at::Tensor host_arg(HostCall& call, const at::Tensor& t) {
 // lack (integer matrix products): the host kernel runs the first such call at
 // the call, so an unsupported dtype raises there. Either way the host kernel
 // queues the call when it can (QueuedHostKernel.cpp).
+// Arguments structured kernels take as views (OptionalScalarRef,
+// OptionalIntArrayRef) over the caller's values, which are gone by the time a
+// queued impl() runs: the job holds them by value and hands out views of its
+// own copy (a job's arguments never move once it is built).
+class HeldOptionalScalar {
+ public:
+  explicit HeldOptionalScalar(const std::optional<at::Scalar>& value) : value_(value) {}
+  operator at::OptionalScalarRef() const {
+    return value_ ? at::OptionalScalarRef(&*value_) : at::OptionalScalarRef();
+  }
+  c10::IValue ivalue() const {
+    return value_ ? c10::IValue(*value_) : c10::IValue();
+  }
+
+ private:
+  std::optional<at::Scalar> value_;
+};
+
+class HeldIntList {
+ public:
+  explicit HeldIntList(at::OptionalIntArrayRef value) {
+    if (value) value_.emplace(value->begin(), value->end());
+  }
+  operator at::OptionalIntArrayRef() const {
+    return value_ ? at::OptionalIntArrayRef(*value_) : at::OptionalIntArrayRef();
+  }
+  c10::IValue ivalue() const {
+    return value_ ? c10::IValue(*value_) : c10::IValue();
+  }
+
+ private:
+  std::optional<std::vector<int64_t>> value_;
+};
+
+template <class T>
+const T& ivalue_of(const T& value) {
+  return value;
+}
+inline c10::IValue ivalue_of(const HeldOptionalScalar& value) {
+  return value.ivalue();
+}
+inline c10::IValue ivalue_of(const HeldIntList& value) {
+  return value.ivalue();
+}
+
 template <class... Args>
 torch::jit::Stack run_host_kernel(const char* label, const Args&... args) {
   const c10::OperatorHandle& op = op_named(label);
   TORCH_INTERNAL_ASSERT(op.schema().arguments().size() == sizeof...(Args), label, ": wrong number of arguments");
   torch::jit::Stack stack;
   stack.reserve(sizeof...(Args));
-  (stack.emplace_back(args), ...);
+  (stack.emplace_back(ivalue_of(args)), ...);
   host_kernel(op, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
   return stack;
 }
