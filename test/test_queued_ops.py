@@ -405,6 +405,37 @@ def test_ops_outside_the_listed_families_are_queued_after_their_first_call(name,
 
 
 @pytest.mark.parametrize("name,fn", [
+    ("sum over a dim", lambda x: x.sum(1)),
+    ("sum over all, keepdim", lambda x: x.sum((0, 1, 2), keepdim=True)),
+    ("sum to float64", lambda x: x.sum(-1, dtype=torch.float64)),
+    ("sum of int64", lambda x: torch.arange(24, device=x.device).view(4, 6).sum(0)),
+    ("sum of an empty dim", lambda x: x[:, :0].sum(1)),
+    ("clamp", lambda x: x.clamp(-0.5, 0.5)),
+    ("clamp max only", lambda x: torch.clamp(x, max=0.1)),
+    ("clamp_ min only", lambda x: x.clone().clamp_(min=-0.2)),
+])
+def test_sum_and_clamp_are_queued_structured_kernels(name, fn):
+    check_queued_like_cpu(fn, X)
+
+
+def test_clamp_calls_the_structured_kernel_leaves_to_the_host_kernel_keep_cpu_results_and_errors():
+    """NaN bounds (the CPU kernel fills the output with another op) and integer tensors (bounds checked
+    against the dtype) take the host kernel: CPU's results and CPU's errors, at the call."""
+    x = torch.randn(5, 3)
+    d = x.to("mydev")
+    torch.testing.assert_close(d.clamp(float("nan"), 1.0).cpu(), x.clamp(float("nan"), 1.0), equal_nan=True)
+    i = torch.arange(10)
+    assert torch.equal(i.to("mydev").clamp(2, 5).cpu(), i.clamp(2, 5))
+    for bad in (lambda t: t.clamp(), lambda t: t.long().clamp_(0.5, 2.5)):
+        with pytest.raises(RuntimeError) as cpu_error:
+            bad(x)
+        with pytest.raises(RuntimeError) as dev_error:
+            bad(d)
+        assert str(dev_error.value) == str(cpu_error.value)
+    torch.testing.assert_close(d.clamp(-1, 1).cpu(), x.clamp(-1, 1))  # the device still works
+
+
+@pytest.mark.parametrize("name,fn", [
     ("float * bool mask", lambda x: x * (x > 0)),
     ("float / int64", lambda x: x / torch.arange(1, 9, device=x.device)),
     ("int64 * 0.5", lambda x: torch.arange(8, device=x.device) * 0.5),
