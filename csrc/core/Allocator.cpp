@@ -512,6 +512,20 @@ Block* live_block(void* ptr) {
   return it == g_live.end() ? nullptr : it->second;
 }
 
+// The live block whose bytes include `ptr`: a storage imported through DLPack
+// (core/DLPack.cpp) starts where the exported view started, inside the block
+// of the producer's storage. A scan, for that rare case only.
+Block* live_block_containing(void* ptr) {
+  if (Block* block = live_block(ptr)) return block;
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  for (const auto& [start, block] : g_live) {
+    const auto begin = reinterpret_cast<uintptr_t>(start);
+    if (address >= begin && address < begin + block->size) return block;
+  }
+  return nullptr;
+}
+
 void free_block(void* ptr) {
   StackContext context = gather_free_context();  // before any lock: it may take the GIL
   Block* block = nullptr;
@@ -697,7 +711,7 @@ std::vector<SegmentSnapshot> memory_snapshot() {
 
 void record_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream) {
   if (data_ptr.get() == nullptr) return;
-  Block* block = live_block(data_ptr.get());
+  Block* block = live_block_containing(data_ptr.get());
   TORCH_CHECK(block != nullptr, "record_stream: the tensor's memory does not come from the mydev allocator");
   cache_for(block->device).record_stream(block, stream_handle(stream));
 }
