@@ -214,3 +214,68 @@ def test_legacy_autograd_profiler_device_time():
     # The enclosing op's device time includes its callee's.
     assert ops["aten::matmul"].device_time_total >= ops["aten::mm"].device_time_total
     assert torch.allclose(b.cpu(), (a.cpu() @ a.cpu()).relu(), atol=1e-4)
+
+
+# Allocations made inside kernels: a queued kernel's CPU code allocates its scratch memory (sort's
+# buffers, convolution's unfolded input) in device memory on the stream's worker thread. The same ops
+# run at the call under MYDEV_LAUNCH_BLOCKING=1, where those allocations are made on the profiling
+# thread and reported as host-side allocation events: the reference.
+KERNEL_ALLOCATIONS = r"""
+import json, torch, my_device
+from torch.profiler import profile, ProfilerActivity
+v = torch.randn(100000, generator=torch.Generator().manual_seed(0)).to("mydev")
+w = torch.randn(1, 1, 64, 64, generator=torch.Generator().manual_seed(1)).to("mydev")
+k = torch.ones(2, 1, 5, 5, device="mydev")
+torch.mydev.synchronize()
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], profile_memory=True) as prof:
+    s, i = torch.sort(v)
+    c = torch.nn.functional.conv2d(w, k)
+    torch.mydev.synchronize()
+ops = [e for e in prof.profiler.kineto_results.events() if e.name().startswith("aten::")]
+host_threads = {e.start_thread_id() for e in ops}
+events = [[e.nbytes(), e.start_thread_id() in host_threads, e.device_type() == torch.autograd.DeviceType.PrivateUse1]
+          for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+correct = torch.equal(s.cpu(), torch.sort(v.cpu())[0]) and torch.allclose(
+    c.cpu(), torch.nn.functional.conv2d(w.cpu(), k.cpu()), atol=1e-4)
+print(json.dumps({"events": events, "correct": correct}))
+"""
+
+
+def test_allocations_inside_queued_kernels_are_memory_events(python_subprocess):
+    runs = {}
+    for blocking in ("0", "1"):
+        result = python_subprocess(KERNEL_ALLOCATIONS, env={"MYDEV_LAUNCH_BLOCKING": blocking})
+        assert result.returncode == 0, result.stderr
+        runs[blocking] = json.loads(result.stdout.strip().splitlines()[-1])
+        assert runs[blocking]["correct"]
+        assert all(on_device for _, _, on_device in runs[blocking]["events"])
+    queued, at_the_call = runs["0"]["events"], runs["1"]["events"]
+    # The same allocations and frees, whichever thread made them.
+    assert sorted(n for n, _, _ in queued) == sorted(n for n, _, _ in at_the_call)
+    # At the call, every one is the profiling thread's; queued, the kernels' scratch memory is the
+    # worker's (allocated and freed there: sort's 800256-byte buffer, the unfolded convolution input).
+    assert all(host for _, host, _ in at_the_call)
+    on_worker = [n for n, host, _ in queued if not host]
+    assert 800256 in on_worker and -800256 in on_worker and sum(on_worker) == 0
+    assert len(on_worker) >= 6
+
+
+def test_kernel_allocations_after_the_profile_are_not_reported():
+    v = torch.randn(100000, device="mydev")
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+        torch.sort(v)
+        torch.mydev.synchronize()
+    assert any(e.device_memory_usage == 800256 for e in prof.events() if e.name == "[memory]")
+    # The session is over: workers no longer report (the next profile starts clean).
+    torch.sort(v)
+    torch.mydev.synchronize()
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+        b = v + 1
+        torch.mydev.synchronize()
+    assert not any(abs(e.device_memory_usage) == 800256 for e in prof.events())
+    # Without profile_memory, kernels report nothing either.
+    with profile(activities=ACTIVITIES) as prof:
+        torch.sort(v)
+        torch.mydev.synchronize()
+    assert not any(e.name == "[memory]" for e in prof.events())
+    assert torch.equal(b.cpu(), v.cpu() + 1)

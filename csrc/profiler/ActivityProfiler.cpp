@@ -28,6 +28,7 @@
 #include <string>
 
 #include "../core/Device.h"
+#include "KernelMemory.h"
 #include "KernelTrace.h"
 
 namespace my_device {
@@ -59,11 +60,14 @@ std::string activity_name(const KernelRecord& r, const libkineto::ITraceActivity
 class Session final : public libkineto::IActivityProfilerSession {
  public:
   void start() override {
+    // On the profiling thread, whose profiler state workers report their kernels' allocations under.
+    capture_profiler_state_for_kernels();
     start_kernel_tracing();
     status_ = libkineto::TraceStatus::RECORDING;
   }
 
   void stop() override {
+    release_profiler_state_for_kernels();
     records_ = stop_kernel_tracing();
     status_ = libkineto::TraceStatus::PROCESSING;
   }
