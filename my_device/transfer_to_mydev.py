@@ -419,17 +419,20 @@ def _redirect_script_module(module):
     module.apply(visit)
 
 
+# Free functions of the process-wide compilation unit that torch.jit.script compiles into, already
+# rewritten: each is compiled once, and is rewritten once, before anything ran it.
 _redirected_functions: set = set()
 
 
-def _redirect_compilation_unit(cu):
-    # Free functions called from scripted code (prim::CallFunction) live in the compilation unit, and
-    # each is compiled once: each is rewritten once, before anything ran it.
+def _redirect_compilation_unit(cu, done=None):
+    # Free functions called from scripted code (prim::CallFunction) live in a compilation unit: the
+    # process-wide one for torch.jit.script, a new one per torch.jit.load.
     for fn in cu.get_functions():
-        key = (id(cu), fn.qualified_name)
-        if key not in _redirected_functions:
-            _redirected_functions.add(key)
-            _redirect_graph(fn.graph)
+        if done is not None:
+            if fn.qualified_name in done:
+                continue
+            done.add(fn.qualified_name)
+        _redirect_graph(fn.graph)
 
 
 def _redirect_scripted(obj):
@@ -437,7 +440,7 @@ def _redirect_scripted(obj):
         _redirect_script_module(obj._c)
     elif isinstance(obj, torch.jit.ScriptFunction):
         _redirect_graph(obj.graph)
-    _redirect_compilation_unit(torch.jit._state._python_cu)
+    _redirect_compilation_unit(torch.jit._state._python_cu, _redirected_functions)
     return obj
 
 
