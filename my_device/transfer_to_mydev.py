@@ -386,6 +386,19 @@ def _redirect_graph(graph):
                     with graph.insert_point_guard(use.user):
                         use.user.replaceInput(0, graph.insertConstant(_device(node.s("value"))))
                     count += 1
+    for node in graph.findAllNodes("aten::device", True):
+        # A device string only known when the code runs (an argument: `x.to(dev)` called with "cuda:1").
+        # "cuda" can only start a valid device string, so renaming its first occurrence is the eager rule.
+        name = node.inputsAt(0) if node.inputsSize() > 0 else None
+        if name is None or name.type().kind() != "StringType" or name.node().kind() in ("prim::Constant",
+                                                                                          "aten::replace"):
+            continue   # constants are rewritten above; aten::replace: already renamed here
+        with graph.insert_point_guard(node):
+            renamed = graph.insert("aten::replace", [name, graph.insertConstant("cuda"),
+                                                     graph.insertConstant("mydev"), graph.insertConstant(1)])
+        renamed.node().copyMetadata(node)
+        node.replaceInput(0, renamed)
+        count += 1
     for node in graph.findAllNodes("aten::cuda", True):
         # TorchScript's Tensor.cuda() moves to the current CUDA device: to the current mydev device here.
         with graph.insert_point_guard(node):

@@ -394,6 +394,9 @@ class Model(torch.nn.Module):
 
 def bad(x: torch.Tensor) -> torch.Tensor:
     return x.to("cuda:7")
+
+def move(x: torch.Tensor, dev: str):
+    return x.to(dev) + torch.ones(3, device=dev), torch.device(dev)
 """)
 import cuda_code
 
@@ -422,6 +425,10 @@ cpu_model = cuda_code.Model()
 cpu_model.load_state_dict(model.state_dict())
 expected = (cpu_model.block.lin(x) + 1 + 2 * (2 * x)).tolist()
 out["module"] = [scripted(x).tolist(), expected, str(next(scripted.parameters()).device)]
+
+# a device string that is an argument, only known when the code runs
+move = torch.jit.script(cuda_code.move)
+out["move"] = [[str(t.device), t.cpu().tolist(), str(d)] for t, d in (move(x, "cuda:1"), move(x, "cpu"))]
 
 traced = torch.jit.trace(cuda_code.helper, (x,))
 out["trace"] = [str(traced(x).device), traced(x).cpu().tolist()]
@@ -462,6 +469,7 @@ def test_torchscript_code_naming_cuda_runs_on_mydev(python_subprocess):
     assert param_device == "mydev:0"
     assert all(abs(a - b) < 1e-6 for a, b in zip(got, expected)), f["module"]
     assert f["trace"] == ["mydev:1", [2.0, -4.0, 6.0]]
+    assert f["move"] == [["mydev:1", [2.0, -1.0, 4.0], "mydev:1"], ["cpu", [2.0, -1.0, 4.0], "cpu"]]
     for key in ("load_buffer", "load_file"):
         got, expected = f[key]
         assert all(abs(a - b) < 1e-6 for a, b in zip(got, expected)), (key, f[key])
