@@ -390,9 +390,9 @@ def _redirect_graph(graph):
         # A device string only known when the code runs (an argument: `x.to(dev)` called with "cuda:1").
         # "cuda" can only start a valid device string, so renaming its first occurrence is the eager rule.
         name = node.inputsAt(0) if node.inputsSize() > 0 else None
-        if name is None or name.type().kind() != "StringType" or name.node().kind() in ("prim::Constant",
-                                                                                          "aten::replace"):
-            continue   # constants are rewritten above; aten::replace: already renamed here
+        if name is None or name.type().kind() != "StringType" or name.node().kind() == "prim::Constant" or \
+                _renames_cuda(name.node()):
+            continue   # constants are rewritten above; and this one was renamed by an earlier call
         with graph.insert_point_guard(node):
             renamed = graph.insert("aten::replace", [name, graph.insertConstant("cuda"),
                                                      graph.insertConstant("mydev"), graph.insertConstant(1)])
@@ -419,6 +419,14 @@ def _redirect_graph(graph):
     if count:
         torch._C._jit_pass_dce(graph)   # the constants graph.insert made for the overloads it did not pick
     return count
+
+
+def _renames_cuda(node):
+    """Whether `node` is the aten::replace(s, "cuda", "mydev", 1) _redirect_graph inserts."""
+    if node.kind() != "aten::replace":
+        return False
+    constants = [v.toIValue() if v.node().kind() == "prim::Constant" else None for v in node.inputs()]
+    return constants[1:] == ["cuda", "mydev", 1]
 
 
 def _redirect_script_module(module):
