@@ -1,5 +1,7 @@
 #include "KernelMemory.h"
 
+#include <c10/core/Allocator.h>
+
 #include <atomic>
 #include <mutex>
 
@@ -11,9 +13,8 @@ std::atomic<bool> g_captured{false};
 } // namespace
 
 void capture_profiler_state_for_kernels() {
-  auto state = c10::ThreadLocalDebugInfo::current();
-  // Only a profiler that wants memory events: the allocator asks it again under the guard anyway.
-  if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == nullptr) state = nullptr;
+  // Only a profile that wants memory events (profile_memory=True): workers pay nothing otherwise.
+  auto state = c10::memoryProfilingEnabled() ? c10::ThreadLocalDebugInfo::current() : nullptr;
   std::lock_guard<std::mutex> lock(g_mutex);
   g_state = std::move(state);
   g_captured.store(g_state != nullptr, std::memory_order_release);
