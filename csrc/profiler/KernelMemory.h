@@ -6,9 +6,9 @@
 // reports through c10::reportMemoryUsageToProfiler, which looks there. A
 // stream worker has no such state: the scratch memory a queued kernel's CPU
 // code allocates (through the redirecting CPU allocator, in device memory)
-// went unreported. While a device profile with profile_memory=True runs (the mydev Kineto session,
-// ActivityProfiler.cpp), the session keeps the profiling thread's debug info
-// here, and the allocator, on a worker, reports under it.
+// went unreported. While a device profile with profile_memory=True runs (the
+// mydev Kineto session, ActivityProfiler.cpp), the session keeps the profiling
+// thread's debug info here, and the allocator, on a worker, reports under it.
 #include <c10/util/ThreadLocalDebugInfo.h>
 
 #include <memory>
