@@ -38,6 +38,7 @@ void init_bindings(pybind11::module& parent);  // distributed/Bindings.cpp
 namespace my_device {
 void init_memory_snapshot_bindings(pybind11::module& m);  // python/MemorySnapshot.cpp
 void init_profiler_bindings(pybind11::module& m);         // profiler/Bindings.cpp
+void init_dlpack_bindings(pybind11::module& m);           // core/DLPack.cpp
 
 namespace {
 
@@ -236,6 +237,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_fallback_counts", &reset_fallback_counts);
   init_memory_snapshot_bindings(m);
   init_profiler_bindings(m);
+  init_dlpack_bindings(m);
   compiler::init_bindings(m);
   jit::init_bindings(m);
   lazy::init_bindings(m);

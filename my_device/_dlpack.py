@@ -24,6 +24,13 @@ tensor's device. `stream=None` means the default stream; `stream=-1` (PyTorch's 
 no synchronisation. PyTorch's own `__dlpack__` only synchronises CUDA tensors, hence the second
 patch; `test_dlpack.py::test_torch_does_not_order_renamed_backend_streams` notices when that changes.
 
+The imported tensor is a mydev tensor like any other (a MyDevTensorImpl): PyTorch's importer
+(at::fromDLPack, through at::from_blob) builds a plain c10::TensorImpl whatever the device, without
+dispatching anything the backend could implement, so `torch._C._from_dlpack` is wrapped to re-home the
+result in a MyDevTensorImpl over the same storage (csrc/core/DLPack.cpp), whose DLPack deleter keeps the
+producer alive. `test_dlpack.py::test_torch_still_imports_a_plain_tensor_impl` notices when PyTorch
+makes the backend's own TensorImpl itself, and this patch can go.
+
 A consumer that cannot address mydev memory gets the capsule's device and
 refuses it (NumPy: "Unsupported device in DLTensor"), as it does for CUDA
 tensors; `from_dlpack(t, device="cpu")` (or NumPy's `device="cpu"`) asks the
@@ -74,6 +81,22 @@ def _order_consumer_stream(tensor, stream) -> None:
 def install() -> None:
     _install_dlpack_device()
     _install_dlpack()
+    _install_from_dlpack()
+
+
+def _install_from_dlpack() -> None:
+    # torch.from_dlpack and torch.utils.dlpack.from_dlpack look `torch._C._from_dlpack` up at each call.
+    original = torch._C._from_dlpack
+    if getattr(original, "_mydev_patch", False):
+        return
+
+    def _from_dlpack(capsule):
+        return _C._as_mydev_tensor(original(capsule))
+
+    _from_dlpack.__doc__ = original.__doc__
+    _from_dlpack._mydev_patch = True
+    _from_dlpack._torch_original = original
+    torch._C._from_dlpack = _from_dlpack
 
 
 def _install_dlpack() -> None:
@@ -120,3 +143,9 @@ def torch_original_dlpack():
     """PyTorch's own Tensor.__dlpack__ (for the test that notices when the patch is no longer needed)."""
     method = torch.Tensor.__dlpack__
     return getattr(method, "_torch_original", method)
+
+
+def torch_original_from_dlpack():
+    """PyTorch's own torch._C._from_dlpack (for the test that notices when the patch is no longer needed)."""
+    fn = torch._C._from_dlpack
+    return getattr(fn, "_torch_original", fn)

@@ -17,13 +17,16 @@ Importing this module patches torch for the rest of the process (there is no und
 - `Tensor.cuda()` / `Module.cuda()` move to mydev, and `Tensor.is_cuda` is true for mydev tensors;
 - `torch.cuda.<name>` is `torch.mydev.<name>` for every name both modules have (devices, streams,
   events, memory statistics, random state, synchronisation...), `torch.cuda.amp` is `torch.mydev.amp`,
-  and `torch.cuda.is_bf16_supported()` answers for mydev.
+  and `torch.cuda.is_bf16_supported()` answers for mydev;
+- TorchScript code from `torch.jit.script`, `torch.jit.trace` and `torch.jit.load` that names CUDA
+  (`x.to("cuda")`, `torch.device("cuda", 1)`, `device="cuda:0"`, `x.cuda()`, `x.is_cuda`) runs on mydev: its
+  graphs are rewritten as those functions return them.
 
 `redirections()` lists what was redirected and `not_redirected()` the torch.cuda names left alone (they
 behave as on a machine without CUDA). What cannot be redirected is listed in the README: `t.device.type`
 is "mydev", not "cuda"; CUDA-only APIs (graphs, NCCL, NVTX, jiterator, cuDNN/cuBLAS settings, custom
-CUDA or Triton kernels), legacy `torch.cuda.FloatTensor` types, `torch.device("cuda")` inside TorchScript
-code, and device strings passed to functions outside the list above.
+CUDA or Triton kernels), legacy `torch.cuda.FloatTensor` types, TorchScript code compiled before the
+import, and device strings passed to functions outside the list above.
 """
 import functools
 import inspect
@@ -359,6 +362,154 @@ def _patch_data_loader():
     _redirected["torch.utils.data.DataLoader"] = "pin_memory_device 'cuda' -> 'mydev'"
 
 
+def _redirect_graph(graph):
+    """Rewrites, in place, what names CUDA in a TorchScript graph as eager code is redirected: Device
+    constants "cuda[:N]", "cuda[:N]" strings made into devices (`torch.device("cuda", 1)`, a string passed
+    where a device is expected), `Tensor.cuda()` and `Tensor.is_cuda`. Returns the number of rewrites.
+
+    TorchScript code does not call the patched Python functions: the compiler folds `device="cuda"` into
+    constants and `x.cuda()` into an interpreter op, so the redirection has to be made in the graph. It
+    must happen before the function first runs, since its executor keeps an optimized copy of the graph."""
+    count = 0
+    for node in graph.findAllNodes("prim::Constant", True):
+        if not node.hasAttribute("value") or node.kindOf("value") != "s" or not _CUDA.match(node.s("value")):
+            continue
+        kind = node.output().type().kind()
+        if kind == "DeviceObjType":
+            node.s_("value", _device(node.s("value")))
+            count += 1
+        elif kind == "StringType":
+            # Constants are pooled: the same "cuda" may also be compared with `t.device.type` (which
+            # says "mydev" in eager code too), so only its uses as a device get a mydev string.
+            for use in node.output().uses():
+                if use.user.kind() == "aten::device" and use.offset == 0:
+                    with graph.insert_point_guard(use.user):
+                        use.user.replaceInput(0, graph.insertConstant(_device(node.s("value"))))
+                    count += 1
+    for node in graph.findAllNodes("aten::device", True):
+        # A device string only known when the code runs (an argument: `x.to(dev)` called with "cuda:1").
+        # "cuda" can only start a valid device string, so renaming its first occurrence is the eager rule.
+        name = node.inputsAt(0) if node.inputsSize() > 0 else None
+        if name is None or name.type().kind() != "StringType" or name.node().kind() == "prim::Constant" or \
+                _renames_cuda(name.node()):
+            continue   # constants are rewritten above; and this one was renamed by an earlier call
+        with graph.insert_point_guard(node):
+            renamed = graph.insert("aten::replace", [name, graph.insertConstant("cuda"),
+                                                     graph.insertConstant("mydev"), graph.insertConstant(1)])
+        renamed.node().copyMetadata(node)
+        node.replaceInput(0, renamed)
+        count += 1
+    for node in graph.findAllNodes("aten::cuda", True):
+        # TorchScript's Tensor.cuda() moves to the current CUDA device: to the current mydev device here.
+        with graph.insert_point_guard(node):
+            moved = graph.insert("aten::to", [node.input(), graph.insertConstant(_real_device("mydev"))])
+        moved.node().copyMetadata(node)   # the source line, for TorchScript's error traceback
+        node.output().replaceAllUsesWith(moved)
+        node.destroy()
+        count += 1
+    for node in graph.findAllNodes("prim::is_cuda", True):
+        # `Tensor.is_cuda` is true for mydev tensors after the import.
+        with graph.insert_point_guard(node):
+            device_type = graph.insert("prim::type", [graph.insert("prim::device", [node.input()])])
+            on_mydev = graph.insert("aten::eq", [device_type, graph.insertConstant("mydev")])
+        on_mydev.node().copyMetadata(node)
+        node.output().replaceAllUsesWith(on_mydev)
+        node.destroy()
+        count += 1
+    if count:
+        torch._C._jit_pass_dce(graph)   # the constants graph.insert made for the overloads it did not pick
+    return count
+
+
+def _renames_cuda(node):
+    """Whether `node` is the aten::replace(s, "cuda", "mydev", 1) _redirect_graph inserts."""
+    if node.kind() != "aten::replace":
+        return False
+    constants = [v.toIValue() if v.node().kind() == "prim::Constant" else None for v in node.inputs()]
+    return constants[1:] == ["cuda", "mydev", 1]
+
+
+def _redirect_script_module(module):
+    """Every method of a (C++) ScriptModule and of its submodules, hooks included."""
+    def visit(m):
+        for name in m._method_names():
+            _redirect_graph(m._get_method(name).graph)
+        for hook in list(m._get_forward_pre_hooks()) + list(m._get_forward_hooks()):
+            _redirect_graph(hook.graph)
+
+    module.apply(visit)
+
+
+# Free functions of the process-wide compilation unit that torch.jit.script compiles into, already
+# rewritten: each is compiled once, and is rewritten once, before anything ran it.
+_redirected_functions: set = set()
+
+
+def _redirect_compilation_unit(cu, done=None):
+    # Free functions called from scripted code (prim::CallFunction) live in a compilation unit: the
+    # process-wide one for torch.jit.script, a new one per torch.jit.load.
+    for fn in cu.get_functions():
+        if done is not None:
+            if fn.qualified_name in done:
+                continue
+            done.add(fn.qualified_name)
+        _redirect_graph(fn.graph)
+
+
+def _redirect_scripted(obj):
+    if isinstance(obj, torch.jit.ScriptModule):
+        _redirect_script_module(obj._c)
+    elif isinstance(obj, torch.jit.ScriptFunction):
+        _redirect_graph(obj.graph)
+    _redirect_compilation_unit(torch.jit._state._python_cu, _redirected_functions)
+    return obj
+
+
+def _patch_torchscript():
+    import torch.jit._script
+    import torch.jit._trace
+
+    # Scripting compiles the functions a function calls by calling torch.jit.script again, while the
+    # caller's graph is still being built: graphs are rewritten when the outermost call returns.
+    depth = [0]
+
+    def returns_redirected(fn, name, where):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            depth[0] += 1
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+            return _redirect_scripted(result) if depth[0] == 0 else result
+
+        for module in where:
+            setattr(module, name, wrapper)
+        return wrapper
+
+    returns_redirected(torch.jit.script, "script", [torch.jit, torch.jit._script])
+    returns_redirected(torch.jit.trace, "trace", [torch.jit, torch.jit._trace])
+    returns_redirected(torch.jit.trace_module, "trace_module", [torch.jit, torch.jit._trace])
+    _redirected["torch.jit.script"] = ("'cuda' devices, 'cuda[:N]' device strings, Tensor.cuda() and "
+                                       "Tensor.is_cuda in the compiled code -> mydev")
+    _redirected["torch.jit.trace"] = _redirected["torch.jit.trace_module"] = _redirected["torch.jit.script"]
+
+    # torch.jit.load compiles the saved code into a compilation unit of its own, which the C importer
+    # receives: wrapping the importer reaches the module and the free functions it calls.
+    for name in ("import_ir_module", "import_ir_module_from_buffer"):
+        original = getattr(torch._C, name)
+
+        def importer(cu, f, map_location, *args, _original=original):
+            module = _original(cu, f, _device(map_location), *args)
+            _redirect_script_module(module)
+            _redirect_compilation_unit(cu)
+            return module
+
+        functools.update_wrapper(importer, original)
+        setattr(torch._C, name, importer)
+    _redirected["torch.jit.load"] = "map_location 'cuda[:N]' -> mydev; 'cuda' in the saved code as torch.jit.script"
+
+
 def _patch_inductor_system_key():
     # Inductor keys its on-disk cache by the host's GPU, read through torch.cuda.get_device_properties:
     # with torch.cuda answering for mydev, it took mydev's properties for a ROCm device's
@@ -408,6 +559,7 @@ def _install():
     _patch_amp()
     _patch_load()
     _patch_data_loader()
+    _patch_torchscript()
 
 
 _install()

@@ -204,3 +204,94 @@ def test_bad_stream_values_give_clear_errors_and_device_still_works():
     u = torch.from_dlpack(t.__dlpack__(stream=torch.mydev.Stream(device=1).stream_id))
     torch.testing.assert_close((u * 2).cpu(), torch.arange(4.0) * 2)
     torch.mydev.synchronize(1)
+
+
+# The imported tensor's TensorImpl: mydev's own, as for every other mydev tensor.
+
+def test_torch_still_imports_a_plain_tensor_impl():
+    # The reason for the torch._C._from_dlpack patch (my_device/_dlpack.py): PyTorch's importer builds a
+    # plain c10::TensorImpl for every device. When this fails, PyTorch lets the backend make its own and
+    # the patch can go.
+    t = torch.arange(4.0, device="mydev")
+    u = _dlpack.torch_original_from_dlpack()(torch.utils.dlpack.to_dlpack(t))
+    assert my_device._C.impl_type_name(u) == "c10::TensorImpl"
+    assert not my_device._C._is_mydev_tensor_impl(u)
+    # The re-homing keeps the storage (so the capsule's deleter) and the geometry.
+    v = my_device._C._as_mydev_tensor(u)
+    assert my_device._C._is_mydev_tensor_impl(v)
+    assert v.untyped_storage().data_ptr() == u.untyped_storage().data_ptr() and v.stride() == u.stride()
+    # Tensors that need nothing are returned as they are.
+    assert my_device._C._as_mydev_tensor(t) is t
+    cpu = torch.arange(3.0)
+    assert my_device._C._as_mydev_tensor(cpu) is cpu
+
+
+@pytest.mark.parametrize("how", ["from_dlpack", "utils_from_dlpack", "capsule", "versioned_capsule"])
+def test_imported_tensor_is_a_mydev_tensor_impl(how):
+    base = torch.arange(24.0, device="mydev:1").reshape(4, 6)
+    for t in (base, base[1:3, ::2], base.t()):
+        if how == "from_dlpack":
+            u = torch.from_dlpack(t)
+        elif how == "utils_from_dlpack":
+            u = torch.utils.dlpack.from_dlpack(t)
+        elif how == "capsule":
+            u = torch.from_dlpack(torch.utils.dlpack.to_dlpack(t))
+        else:
+            u = torch.from_dlpack(t.__dlpack__(max_version=(1, 0)))
+        assert my_device._C.impl_type_name(u) == my_device._C.impl_type_name(t) == "my_device::MyDevTensorImpl"
+        assert my_device._C._is_mydev_tensor_impl(u.detach())
+        assert u.data_ptr() == t.data_ptr() and u.stride() == t.stride()
+
+
+def test_ops_on_an_imported_tensor_match_cpu():
+    cpu = torch.randn(8, 8, generator=torch.Generator().manual_seed(0))
+    t = cpu.to("mydev")
+    u = torch.from_dlpack(t[2:, 1:])
+    ref = cpu[2:, 1:]
+    torch.testing.assert_close((u @ u.t() + u.sum(1)).cpu(), ref @ ref.t() + ref.sum(1))
+    torch.testing.assert_close(u.reshape(-1).cpu(), ref.reshape(-1))
+    u.mul_(2)
+    torch.testing.assert_close(t[2:, 1:].cpu(), 2 * ref)   # one memory
+    # `.data =` swaps TensorImpl contents (shallow_copy_from), which needs both to be mydev's own impl.
+    p = torch.nn.Parameter(torch.zeros(6, 7, device="mydev"))
+    p.data = u
+    assert my_device._C._is_mydev_tensor_impl(p) and p.data_ptr() == u.data_ptr()
+    torch.testing.assert_close(p.detach().cpu(), 2 * ref)
+    # autograd through it (t now holds the doubled block)
+    now = t.cpu()
+    w = torch.from_dlpack(t).requires_grad_()
+    (w.sin() * w).sum().backward()
+    torch.testing.assert_close(w.grad.cpu(), now.sin() + now * now.cos(), rtol=1e-5, atol=1e-5)
+
+
+def test_producer_freed_while_queued_kernels_use_the_import():
+    # 1 MB: over the size at which a kernel leases storages instead of holding them (KernelArgs.h).
+    n = 256 * 1024
+    t = torch.arange(n, dtype=torch.float32, device="mydev")
+    allocated = torch.mydev.memory_allocated()
+    u = torch.from_dlpack(t[1:])
+    torch.mydev.synchronize()
+    with delayed(torch.mydev.current_stream()):
+        z = u * 2 + 1                    # queued, held back
+        del t, u                          # the producer and the consumer's tensor, dropped by the host
+        assert torch.mydev.memory_allocated() >= allocated   # the block is still the kernel's
+    torch.testing.assert_close(z.cpu(), torch.arange(1, n, dtype=torch.float32) * 2 + 1)
+    del z
+    torch.mydev.synchronize()
+    assert torch.mydev.memory_allocated() == allocated - 4 * n
+
+
+def test_round_trips_keep_the_memory_and_the_impl():
+    t = torch.arange(10.0, device="mydev")
+    u = t
+    for _ in range(3):
+        u = torch.from_dlpack(torch.utils.dlpack.to_dlpack(u[1:]))
+        assert my_device._C._is_mydev_tensor_impl(u)
+    assert u.data_ptr() == t[3:].data_ptr()
+    torch.testing.assert_close(u.cpu(), torch.arange(3.0, 10.0))
+    # record_stream finds the producer's block from inside it (the import starts where the view did):
+    # after `del`, the block waits for the side stream's queued work before it is reused.
+    side = torch.mydev.Stream()
+    u.record_stream(side)
+    del t, u
+    torch.mydev.synchronize()

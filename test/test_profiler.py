@@ -3,7 +3,6 @@
 The kernels reach torch.profiler through Kineto: my_device registers an IActivityProfiler for
 PrivateUse1 (csrc/profiler/ActivityProfiler.cpp), fed by the runtime's activity tracing."""
 import json
-import os
 
 import pytest
 import torch
@@ -49,15 +48,19 @@ def _is_view(name):
                for o in packet.overloads())
 
 
+def _computes(e):
+    return e.name.startswith("aten::") and e.name not in _NO_KERNEL and not _is_view(e.name)
+
+
 def _computing_leaf_ops(prof):
-    """The aten ops the step called that compute and call no other aten op: each must have run a kernel."""
+    """The aten ops the step called that compute and call no other computing aten op: each must have run
+    a kernel. (A kernel run at the call, under MYDEV_LAUNCH_BLOCKING=1, calls view ops such as
+    aten::resolve_conj on the profiled thread: they are its children then, and do not make it a caller.)"""
     out = []
     for e in prof.events():
-        if e.device_type != DeviceType.CPU or not e.name.startswith("aten::"):
+        if e.device_type != DeviceType.CPU or not _computes(e):
             continue
-        if any(c.name.startswith("aten::") for c in e.cpu_children):
-            continue
-        if e.name in _NO_KERNEL or _is_view(e.name):
+        if any(_computes(c) for c in e.cpu_children):
             continue
         out.append(e)
     return out
@@ -68,9 +71,6 @@ def test_kineto_path_is_registered():
     assert ProfilerActivity.PrivateUse1 in torch.profiler.supported_activities()
 
 
-@pytest.mark.xfail(os.environ.get("MYDEV_LAUNCH_BLOCKING") == "1", strict=False,
-                   reason="under MYDEV_LAUNCH_BLOCKING (kernels run in the caller) aten::mm's kernel is not "
-                          "attributed to aten::mm; not yet investigated (the default, queued mode passes)")
 def test_every_kernel_of_a_training_step_is_a_device_event():
     model, opt, x = _model()
     _step(model, opt, x)  # the momentum buffers exist from here on
@@ -100,7 +100,9 @@ def test_every_kernel_of_a_training_step_is_a_device_event():
             assert k.duration > 0, k.name
     # Kernels are named after the op that launched them (copies by their direction).
     for op in ops:
-        if op.kernels and op.name != "aten::_copy_from":
+        if op.kernels and op.name == "aten::copy_":
+            assert all(k.name == "aten::copy_" or k.name.startswith("Memcpy ") for k in op.kernels), op.kernels
+        elif op.kernels:
             assert all(k.name.split(".")[0] == op.name for k in op.kernels), (op.name, op.kernels)
     # And every kernel the device ran belongs to an op.
     assert len(kernels) == sum(len(e.kernels) for e in prof.events() if e.device_type == DeviceType.CPU)
@@ -214,3 +216,109 @@ def test_legacy_autograd_profiler_device_time():
     # The enclosing op's device time includes its callee's.
     assert ops["aten::matmul"].device_time_total >= ops["aten::mm"].device_time_total
     assert torch.allclose(b.cpu(), (a.cpu() @ a.cpu()).relu(), atol=1e-4)
+
+
+# Allocations made inside kernels: a queued kernel's CPU code allocates its scratch memory (sort's
+# buffers, convolution's unfolded input) in device memory on the stream's worker thread. The same ops
+# run at the call under MYDEV_LAUNCH_BLOCKING=1, where those allocations are made on the profiling
+# thread and reported as host-side allocation events: the reference.
+KERNEL_ALLOCATIONS = r"""
+import json, torch, my_device
+from torch.profiler import profile, ProfilerActivity
+v = torch.randn(100000, generator=torch.Generator().manual_seed(0)).to("mydev")
+w = torch.randn(1, 1, 64, 64, generator=torch.Generator().manual_seed(1)).to("mydev")
+k = torch.ones(2, 1, 5, 5, device="mydev")
+torch.mydev.synchronize()
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], profile_memory=True) as prof:
+    s, i = torch.sort(v)
+    c = torch.nn.functional.conv2d(w, k)
+    torch.mydev.synchronize()
+ops = [e for e in prof.profiler.kineto_results.events() if e.name().startswith("aten::")]
+host_threads = {e.start_thread_id() for e in ops}
+events = [[e.nbytes(), e.start_thread_id() in host_threads, e.device_type() == torch.autograd.DeviceType.PrivateUse1]
+          for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+correct = torch.equal(s.cpu(), torch.sort(v.cpu())[0]) and torch.allclose(
+    c.cpu(), torch.nn.functional.conv2d(w.cpu(), k.cpu()), atol=1e-4)
+print(json.dumps({"events": events, "correct": correct}))
+"""
+
+
+def test_allocations_inside_queued_kernels_are_memory_events(python_subprocess):
+    runs = {}
+    for blocking in ("0", "1"):
+        result = python_subprocess(KERNEL_ALLOCATIONS, env={"MYDEV_LAUNCH_BLOCKING": blocking})
+        assert result.returncode == 0, result.stderr
+        runs[blocking] = json.loads(result.stdout.strip().splitlines()[-1])
+        assert runs[blocking]["correct"]
+        assert all(on_device for _, _, on_device in runs[blocking]["events"])
+    queued, at_the_call = runs["0"]["events"], runs["1"]["events"]
+    # The same allocations and frees, whichever thread made them.
+    assert sorted(n for n, _, _ in queued) == sorted(n for n, _, _ in at_the_call)
+    # At the call, every one is the profiling thread's; queued, the kernels' scratch memory is the
+    # worker's (allocated and freed there: sort's 800256-byte buffer, the unfolded convolution input).
+    assert all(host for _, host, _ in at_the_call)
+    on_worker = [n for n, host, _ in queued if not host]
+    assert 800256 in on_worker and -800256 in on_worker and sum(on_worker) == 0
+    assert len(on_worker) >= 6
+
+
+def _allocation_sizes(prof):
+    return [e.nbytes() for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+
+
+def test_kernel_allocations_after_the_profile_are_not_reported():
+    v = torch.randn(100000, device="mydev")
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+        torch.sort(v)
+        torch.mydev.synchronize()
+    assert 800256 in _allocation_sizes(prof)
+    # The session is over: workers no longer report (the next profile starts clean).
+    torch.sort(v)
+    torch.mydev.synchronize()
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+        b = v + 1
+        torch.mydev.synchronize()
+    assert 800256 not in _allocation_sizes(prof) and -800256 not in _allocation_sizes(prof)
+    # Without profile_memory, kernels report nothing either.
+    with profile(activities=ACTIVITIES) as prof:
+        torch.sort(v)
+        torch.mydev.synchronize()
+    assert _allocation_sizes(prof) == []
+    assert torch.equal(b.cpu(), v.cpu() + 1)
+
+
+def test_copies_are_the_work_of_copy_as_on_cuda():
+    # On CUDA a copy's memcpy (or strided copy kernel) belongs to aten::copy_. PyTorch routes copies of a
+    # PrivateUse1 device through aten::_copy_from, called by copy_: its work is shown as copy_'s.
+    x = torch.randn(1000, device="mydev")
+    y = torch.empty(1000, device="mydev")
+    m = torch.randn(64, 64, device="mydev")
+    h = torch.randn(1000)
+    torch.mydev.synchronize()
+    with profile(activities=ACTIVITIES) as prof:
+        y.copy_(x)                  # DtoD
+        c = x.clone()               # DtoD, copy_ called by clone
+        t = m.t().contiguous()      # a strided copy: a kernel
+        d = x.to("mydev:1")         # between devices
+        u = h.to("mydev")           # HtoD
+        b = x.cpu()                 # DtoH
+        # _copy_from called directly, not by copy_: it keeps its own work.
+        direct = torch.empty(1000, device="mydev")
+        torch.ops.aten._copy_from(x, direct)
+        torch.mydev.synchronize()
+    # (copy_ calls that reach _copy_from: the strided copy's kernel runs a CPU copy_ of its own)
+    copies = [e for e in prof.events()
+              if e.name == "aten::copy_" and any(c.name == "aten::_copy_from" for c in e.cpu_children)]
+    copy_from = [e for e in prof.events() if e.name == "aten::_copy_from"]
+    assert len(copies) == 6 and len(copy_from) == 7
+    kernels = sorted(k.name for e in copies for k in e.kernels)
+    assert kernels == sorted(["Memcpy DtoD (mydev)"] * 3 + ["aten::copy_", "Memcpy HtoD (mydev)",
+                                                            "Memcpy DtoH (mydev)"])
+    assert all(e.kernels == [] for e in copy_from if e.cpu_parent is not None and e.cpu_parent.name == "aten::copy_")
+    assert [k.name for e in copy_from if e.cpu_parent is None for k in e.kernels] == ["Memcpy DtoD (mydev)"]
+    for e in copies:
+        assert all(k.duration > 0 for k in e.kernels)
+    avg = {e.key: e for e in prof.key_averages()}
+    assert avg["aten::copy_"].self_device_time_total > 0
+    assert torch.equal(y.cpu(), x.cpu()) and torch.equal(t.cpu(), m.cpu().t()) and torch.equal(d.cpu(), b)
+    assert torch.equal(u.cpu(), h) and torch.equal(direct.cpu(), b) and torch.equal(c.cpu(), b)

@@ -346,3 +346,135 @@ def test_torch_device_cuda_is_mydev(python_subprocess):
     assert f["inductor"] == ["cpu", [0.0, 0.0, 1.0, 2.0], "'_DeviceProperties' object has no attribute 'gcnArchName'"]
     assert f["stream"] == [1, True, True, True, [2.0, 2.0, 2.0]]
     assert f["bad"] == "Invalid device string: 'cuda:x'"
+
+
+# TorchScript code written for CUDA: the compiler folds device="cuda" into constants and x.cuda() into an
+# interpreter op, which the eager redirections never see. The module saved *before* the import keeps
+# "cuda" in its serialized code, as a checkpoint made on a CUDA machine does.
+TORCHSCRIPT_SCRIPT = r'''
+import io, json, os, sys, tempfile
+import torch
+
+src = tempfile.mkdtemp()
+sys.path.insert(0, src)
+with open(os.path.join(src, "cuda_code.py"), "w") as f:
+    f.write("""
+import torch
+
+def helper(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.device("cuda", 1)) * 2
+
+def step(x: torch.Tensor, n: int):
+    a = x.to("cuda")
+    b = torch.zeros(3, device="cuda:0") + torch.arange(3.0, device=torch.device("cuda"))
+    c = x.cuda()
+    if n > 0:
+        c = c + torch.ones(3, device="cuda")
+    d = torch.device("cuda", 1)
+    return a * b + c, helper(x), d, x.is_cuda, a.is_cuda, a.device.type == "cuda", a.device == torch.device("cuda", 0)
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) + torch.ones(3, device="cuda")
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x.cuda())
+        for i in range(2):
+            y = y + helper(x).to(torch.device("cuda"))
+        return y.to("cpu")
+
+def bad(x: torch.Tensor) -> torch.Tensor:
+    return x.to("cuda:7")
+
+def move(x: torch.Tensor, dev: str):
+    return x.to(dev) + torch.ones(3, device=dev), torch.device(dev)
+""")
+import cuda_code
+
+# Scripted and saved before the import: its code says "cuda" (the saved code is read back below).
+torch.manual_seed(0)
+saved_before = io.BytesIO()
+torch.jit.save(torch.jit.script(cuda_code.Model()), saved_before)
+saved_path = os.path.join(src, "model.pt")
+with open(saved_path, "wb") as f:
+    f.write(saved_before.getvalue())
+
+import my_device.transfer_to_mydev
+
+x = torch.tensor([1.0, -2.0, 3.0])
+out = {}
+step = torch.jit.script(cuda_code.step)
+r, h, d, x_is_cuda, a_is_cuda, type_is_cuda, eq_cuda = step(x, 1)
+out["step"] = [str(r.device), r.cpu().tolist(), str(h.device), h.cpu().tolist(), str(d),
+               x_is_cuda, a_is_cuda, type_is_cuda, eq_cuda]
+out["step_cpu"] = [(x * torch.arange(3.0) + x + 1).tolist(), (x * 2).tolist()]
+
+torch.manual_seed(0)
+model = cuda_code.Model()
+scripted = torch.jit.script(model).cuda()
+cpu_model = cuda_code.Model()
+cpu_model.load_state_dict(model.state_dict())
+expected = (cpu_model.block.lin(x) + 1 + 2 * (2 * x)).tolist()
+out["module"] = [scripted(x).tolist(), expected, str(next(scripted.parameters()).device)]
+
+# a device string that is an argument, only known when the code runs
+move = torch.jit.script(cuda_code.move)
+out["move"] = [[str(t.device), t.cpu().tolist(), str(d)] for t, d in (move(x, "cuda:1"), move(x, "cpu"))]
+
+traced = torch.jit.trace(cuda_code.helper, (x,))
+out["trace"] = [str(traced(x).device), traced(x).cpu().tolist()]
+
+for name, source in [("buffer", io.BytesIO(saved_before.getvalue())), ("file", saved_path)]:
+    loaded = torch.jit.load(source, map_location="cuda")
+    assert '"cuda"' in loaded.code or "cuda" in loaded.code, loaded.code
+    cpu_copy = cuda_code.Model()
+    cpu_copy.load_state_dict(loaded.state_dict())
+    out["load_" + name] = [loaded(x).tolist(), (cpu_copy.block.lin(x) + 1 + 4 * x).tolist()]
+on_mydev = torch.jit.load(io.BytesIO(saved_before.getvalue()), map_location="cuda:1")
+out["map_location"] = sorted({str(p.device) for p in on_mydev.parameters()})
+with torch.cuda.device(1):   # the code's "cuda" and x.cuda() name the current device
+    out["map_location_run"] = on_mydev(x).tolist() == out["load_buffer"][0]
+
+try:
+    torch.jit.script(cuda_code.bad)(x)
+    out["bad"] = None
+except RuntimeError as e:
+    out["bad"] = str(e)
+out["after_bad"] = (torch.ones(2, device="cuda") + 1).cpu().tolist()
+out["redirections"] = [k for k in my_device.transfer_to_mydev.redirections() if k.startswith("torch.jit")]
+print(json.dumps(out))
+'''
+
+
+def test_torchscript_code_naming_cuda_runs_on_mydev(python_subprocess):
+    result = python_subprocess(TORCHSCRIPT_SCRIPT, env={"MYDEV_FALLBACK": "error"})
+    assert result.returncode == 0, result.stderr
+    f = json.loads(result.stdout.strip().splitlines()[-1])
+    device, values, helper_device, helper_values, d, x_is_cuda, a_is_cuda, type_is_cuda, eq_cuda = f["step"]
+    assert device == "mydev:0" and helper_device == "mydev:1" and d == "mydev:1"
+    assert values == f["step_cpu"][0] and helper_values == f["step_cpu"][1]
+    # as in eager code after the import: is_cuda is true on mydev, the device's type says "mydev", and
+    # torch.device("cuda") is mydev's
+    assert [x_is_cuda, a_is_cuda, type_is_cuda, eq_cuda] == [False, True, False, True]
+    got, expected, param_device = f["module"]
+    assert param_device == "mydev:0"
+    assert all(abs(a - b) < 1e-6 for a, b in zip(got, expected)), f["module"]
+    assert f["trace"] == ["mydev:1", [2.0, -4.0, 6.0]]
+    assert f["move"] == [["mydev:1", [2.0, -1.0, 4.0], "mydev:1"], ["cpu", [2.0, -1.0, 4.0], "cpu"]]
+    for key in ("load_buffer", "load_file"):
+        got, expected = f[key]
+        assert all(abs(a - b) < 1e-6 for a, b in zip(got, expected)), (key, f[key])
+    assert f["map_location"] == ["mydev:1"] and f["map_location_run"] is True
+    assert "mydev" in f["bad"] and "cuda:7" in f["bad"], f["bad"]
+    assert f["after_bad"] == [2.0, 2.0]
+    assert sorted(f["redirections"]) == ["torch.jit.load", "torch.jit.script", "torch.jit.trace",
+                                         "torch.jit.trace_module"]

@@ -39,6 +39,7 @@
 #include "Device.h"
 #include "Exception.h"
 #include "Stream.h"
+#include "../profiler/KernelMemory.h"
 
 namespace my_device {
 
@@ -492,12 +493,25 @@ DeviceCache& cache_for(c10::DeviceIndex device) {
 }
 
 // torch.profiler(profile_memory=True): each allocation and free, with the
-// device's totals after it. The profiler keeps its state per thread, so
-// allocations made inside kernels, on stream workers, are not reported.
+// device's totals after it. The profiler keeps its state per thread: a stream
+// worker running a kernel reports under the state of the thread running the
+// device profile (profiler/KernelMemory.h).
 void report_to_profiler(void* ptr, int64_t delta, c10::DeviceIndex device) {
   const DeviceStats stats = cache_for(device).stats();
   c10::reportMemoryUsageToProfiler(ptr, delta, static_cast<size_t>(stats.allocated_bytes[0].current),
                                    static_cast<size_t>(stats.reserved_bytes[0].current), c10::Device(kMyDev, device));
+}
+
+void report_memory(void* ptr, int64_t delta, c10::DeviceIndex device) {
+  if (c10::memoryProfilingEnabled()) {
+    report_to_profiler(ptr, delta, device);
+    return;
+  }
+  if (!in_kernel()) return;
+  auto state = profiler_state_for_kernels();
+  if (state == nullptr) return;
+  c10::DebugInfoGuard as_profiling_thread(std::move(state));
+  if (c10::memoryProfilingEnabled()) report_to_profiler(ptr, delta, device);
 }
 
 // Device DataPtrs are "simple" (context == pointer) because CPU libraries that
@@ -510,6 +524,20 @@ Block* live_block(void* ptr) {
   std::lock_guard<std::mutex> lock(g_live_mutex);
   auto it = g_live.find(ptr);
   return it == g_live.end() ? nullptr : it->second;
+}
+
+// The live block whose bytes include `ptr`: a storage imported through DLPack
+// (core/DLPack.cpp) starts where the exported view started, inside the block
+// of the producer's storage. A scan, for that rare case only.
+Block* live_block_containing(void* ptr) {
+  if (Block* block = live_block(ptr)) return block;
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  for (const auto& [start, block] : g_live) {
+    const auto begin = reinterpret_cast<uintptr_t>(start);
+    if (address >= begin && address < begin + block->size) return block;
+  }
+  return nullptr;
 }
 
 void free_block(void* ptr) {
@@ -525,7 +553,7 @@ void free_block(void* ptr) {
   const c10::DeviceIndex device = block->device;
   const int64_t size = static_cast<int64_t>(block->size);
   cache_for(device).free(block, std::move(context));  // `block` may be merged away
-  if (c10::memoryProfilingEnabled()) report_to_profiler(ptr, -size, device);
+  report_memory(ptr, -size, device);
 }
 
 void free_kernel_block(void* kernel_ptr) {
@@ -609,7 +637,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
     g_live.emplace(block->ptr, block);
   }
   // The block's size, as CUDA's allocator reports (and frees) it.
-  if (c10::memoryProfilingEnabled()) report_to_profiler(block->ptr, static_cast<int64_t>(block->size), device);
+  report_memory(block->ptr, static_cast<int64_t>(block->size), device);
   return {block->ptr, block->ptr, &free_block, where};
 }
 
@@ -697,7 +725,7 @@ std::vector<SegmentSnapshot> memory_snapshot() {
 
 void record_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream) {
   if (data_ptr.get() == nullptr) return;
-  Block* block = live_block(data_ptr.get());
+  Block* block = live_block_containing(data_ptr.get());
   TORCH_CHECK(block != nullptr, "record_stream: the tensor's memory does not come from the mydev allocator");
   cache_for(block->device).record_stream(block, stream_handle(stream));
 }

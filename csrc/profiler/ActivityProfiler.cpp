@@ -28,6 +28,7 @@
 #include <string>
 
 #include "../core/Device.h"
+#include "KernelMemory.h"
 #include "KernelTrace.h"
 
 namespace my_device {
@@ -59,11 +60,14 @@ std::string activity_name(const KernelRecord& r, const libkineto::ITraceActivity
 class Session final : public libkineto::IActivityProfilerSession {
  public:
   void start() override {
+    // On the profiling thread, whose profiler state workers report their kernels' allocations under.
+    capture_profiler_state_for_kernels();
     start_kernel_tracing();
     status_ = libkineto::TraceStatus::RECORDING;
   }
 
   void stop() override {
+    release_profiler_state_for_kernels();
     records_ = stop_kernel_tracing();
     status_ = libkineto::TraceStatus::PROCESSING;
   }
@@ -82,20 +86,22 @@ class Session final : public libkineto::IActivityProfilerSession {
     buffer_->span = libkineto::TraceSpan(start_time, end_time, "mydev");
     buffer_->gpuOpCount = static_cast<int>(records_.size());
     for (const KernelRecord& r : records_) {
+      uint64_t correlation = r.correlation;
       const libkineto::ITraceActivity* op =
-          linked && r.correlation != 0 ? linked(static_cast<int32_t>(r.correlation)) : nullptr;
+          linked && correlation != 0 ? linked(static_cast<int32_t>(correlation)) : nullptr;
+      attribute_copy_to_copy_(linked, op, correlation);
       buffer_->emplace_activity(buffer_->span, activity_type(r), activity_name(r, op));
       auto& act = *buffer_->activities.back();
       act.startTime = r.start_ns;
       act.endTime = r.end_ns;
-      act.id = static_cast<int32_t>(r.correlation);
+      act.id = static_cast<int32_t>(correlation);
       act.device = r.device;
       act.resource = static_cast<int32_t>(r.stream);
       act.threadId = static_cast<int32_t>(r.stream);
       act.linked = op;
       act.addMetadata("device", static_cast<int>(r.device));
       act.addMetadata("stream", r.stream);
-      act.addMetadata("correlation", r.correlation);
+      act.addMetadata("correlation", correlation);
       if (r.kind == KernelRecord::Kind::Kernel) {
         act.addMetadataQuoted("launch", r.at_the_call ? "at the call" : "queued");
       } else {
@@ -107,6 +113,21 @@ class Session final : public libkineto::IActivityProfilerSession {
     }
     records_.clear();
     status_ = libkineto::TraceStatus::READY;
+  }
+
+  // A copy on CUDA is the work of aten::copy_, which launches it. PyTorch's
+  // copy_ hands every copy touching a PrivateUse1 device to aten::_copy_from
+  // (the backend's kernel), so here the copy's memcpy or kernel was launched
+  // inside _copy_from: it is shown as the work of the copy_ that called it, as
+  // on CUDA. A _copy_from called by anything else keeps its work.
+  static void attribute_copy_to_copy_(const libkineto::getLinkedActivityCallback& linked,
+                                      const libkineto::ITraceActivity*& op, uint64_t& correlation) {
+    if (op == nullptr || op->name() != "aten::_copy_from") return;
+    const uint64_t caller = caller_correlation(correlation);
+    const libkineto::ITraceActivity* copy = caller != 0 ? linked(static_cast<int32_t>(caller)) : nullptr;
+    if (copy == nullptr || copy->name() != "aten::copy_") return;
+    op = copy;
+    correlation = caller;
   }
 
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {

@@ -2,8 +2,10 @@
 
 #include <mydev_activity.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
 
 namespace my_device {
 
@@ -25,6 +27,12 @@ struct RawRecord {
 
 std::mutex g_mutex;
 std::vector<RawRecord> g_records;
+std::atomic<bool> g_tracing{false};
+
+// Op nesting, from the correlation pushes: the ops open on this thread, and each traced op's caller.
+thread_local std::vector<uint64_t> t_open_ops;
+std::mutex g_callers_mutex;
+std::unordered_map<uint64_t, uint64_t> g_callers;
 
 // Stream tasks that are not kernels: the no-op task that keeps a copy's
 // storages alive until the copy has run (native/Copy.cpp).
@@ -47,11 +55,17 @@ void start_kernel_tracing() {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_records.clear();
   }
+  {
+    std::lock_guard<std::mutex> lock(g_callers_mutex);
+    g_callers.clear();
+  }
+  g_tracing.store(true);
   mydevActivitySetCallback(&on_activity, nullptr);
 }
 
 std::vector<KernelRecord> stop_kernel_tracing() {
   mydevActivitySetCallback(nullptr, nullptr);
+  g_tracing.store(false);
   std::vector<RawRecord> raw;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -71,10 +85,22 @@ std::vector<KernelRecord> stop_kernel_tracing() {
 
 void push_correlation(uint64_t id) {
   mydevActivityPushExternalCorrelationId(id);
+  if (!t_open_ops.empty() && g_tracing.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(g_callers_mutex);
+    g_callers[id] = t_open_ops.back();
+  }
+  t_open_ops.push_back(id);
 }
 
 void pop_correlation() {
   mydevActivityPopExternalCorrelationId(nullptr);
+  if (!t_open_ops.empty()) t_open_ops.pop_back();
+}
+
+uint64_t caller_correlation(uint64_t id) {
+  std::lock_guard<std::mutex> lock(g_callers_mutex);
+  auto it = g_callers.find(id);
+  return it == g_callers.end() ? 0 : it->second;
 }
 
 } // namespace my_device

@@ -34,5 +34,8 @@ std::vector<KernelRecord> stop_kernel_tracing();
 // The profiler's correlation ids, per host thread (pushed on op entry, popped on exit).
 void push_correlation(uint64_t id);
 void pop_correlation();
+// While tracing: the correlation id of the op that was running when op `id`
+// was entered on the same thread (its caller), 0 if none.
+uint64_t caller_correlation(uint64_t id);
 
 } // namespace my_device
