@@ -115,6 +115,17 @@ def _apply(self, fn, recurse=True):
         results[id(t)] = (t, out)
         return out
 
+    if isinstance(self, torch.jit.RecursiveScriptModule):
+        # A scripted or loaded module's parameters are attributes of its C++
+        # module (plain tensors once loaded), which PyTorch moves between CPU
+        # and CUDA with `.data =`; that cannot cross to mydev's TensorImpl, and
+        # its fallback asserts they are Parameters. The C++ module takes the
+        # converted tensors instead (test_module_conversion.py).
+        for name, param in list(self._parameters.items()):
+            if param is not None and _kept_on_cuda_not_on_mydev(param, converted(param)):
+                self._parameters[name] = converted(param)
+        return _torch_apply(self, converted, recurse=False)
+
     swap, not_swappable = False, []
     for name, param in self._parameters.items():
         if param is None:

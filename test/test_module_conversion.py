@@ -234,3 +234,28 @@ def test_parameters_held_elsewhere_convert_as_torch_does():
         moved = model.to("mydev")
     torch.testing.assert_close(moved(x.to("mydev")).cpu(), expected)
     torch.testing.assert_close(scripted(x), expected)
+
+
+@pytest.mark.parametrize("source", ["scripted", "loaded"])
+def test_script_modules_move_to_mydev_and_back(source):
+    """A scripted or torch.jit.load-ed module moves with .to("mydev") and .cpu() as with .cuda(): its C++
+    module's attributes are replaced (PyTorch's `.data =` cannot cross to mydev's TensorImpl, and its
+    fallback asserts the plain tensors of a loaded module are Parameters)."""
+    import io
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)).eval()
+    x = torch.randn(5, 3)
+    module = torch.jit.script(net)
+    if source == "loaded":
+        buffer = io.BytesIO()
+        torch.jit.save(module, buffer)
+        buffer.seek(0)
+        module = torch.jit.load(buffer)
+    moved = module.to("mydev")
+    assert moved is module
+    assert all(t.device.type == "mydev" for t in [*module.parameters(), *module.buffers()])
+    torch.testing.assert_close(module(x.to("mydev")).cpu(), net(x))
+    back = module.cpu()
+    assert all(t.device.type == "cpu" for t in back.parameters())
+    torch.testing.assert_close(back(x), net(x))
