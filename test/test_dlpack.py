@@ -32,19 +32,23 @@ def test_dlpack_device():
     assert torch.ones(2).__dlpack_device__() == (torch.utils.dlpack.DLDeviceType.kDLCPU, 0)
 
 
+def _import(t, how):
+    """`t` through one of the four DLPack import paths."""
+    if how == "from_dlpack":
+        return torch.from_dlpack(t)
+    if how == "utils_from_dlpack":
+        return torch.utils.dlpack.from_dlpack(t)
+    if how == "capsule":
+        return torch.from_dlpack(torch.utils.dlpack.to_dlpack(t))
+    return torch.from_dlpack(t.__dlpack__(max_version=(1, 0)))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("how", ["from_dlpack", "utils_from_dlpack", "capsule", "versioned_capsule"])
 def test_round_trip_shares_memory(dtype, how):
     cpu = (torch.arange(12).reshape(3, 4) % 5).to(dtype)
     t = cpu.to("mydev")
-    if how == "from_dlpack":
-        u = torch.from_dlpack(t)
-    elif how == "utils_from_dlpack":
-        u = torch.utils.dlpack.from_dlpack(t)
-    elif how == "capsule":
-        u = torch.from_dlpack(torch.utils.dlpack.to_dlpack(t))
-    else:
-        u = torch.from_dlpack(t.__dlpack__(max_version=(1, 0)))
+    u = _import(t, how)
     assert u.device == t.device and u.dtype == dtype and u.shape == t.shape and u.stride() == t.stride()
     assert _same_memory(u, t)
     torch.testing.assert_close(u.cpu(), cpu)
@@ -230,14 +234,7 @@ def test_torch_still_imports_a_plain_tensor_impl():
 def test_imported_tensor_is_a_mydev_tensor_impl(how):
     base = torch.arange(24.0, device="mydev:1").reshape(4, 6)
     for t in (base, base[1:3, ::2], base.t()):
-        if how == "from_dlpack":
-            u = torch.from_dlpack(t)
-        elif how == "utils_from_dlpack":
-            u = torch.utils.dlpack.from_dlpack(t)
-        elif how == "capsule":
-            u = torch.from_dlpack(torch.utils.dlpack.to_dlpack(t))
-        else:
-            u = torch.from_dlpack(t.__dlpack__(max_version=(1, 0)))
+        u = _import(t, how)
         assert my_device._C.impl_type_name(u) == my_device._C.impl_type_name(t) == "my_device::MyDevTensorImpl"
         assert my_device._C._is_mydev_tensor_impl(u.detach())
         assert u.data_ptr() == t.data_ptr() and u.stride() == t.stride()

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "Lazy.h"
+#include "native/Random.h"
 
 namespace my_device::lazy {
 
@@ -24,29 +25,14 @@ at::Tensor safe_softmax(const at::Tensor& self, int64_t dim, std::optional<at::S
   return at::_softmax(input, dim, /*half_to_float=*/false).masked_fill(fully_masked, 0);
 }
 
-// native_dropout has no generator argument: traced as itself, a program would
-// run ATen's CPU kernel, which draws from the CPU's generator. Its mask comes
-// from bernoulli.p instead, which a program runs with the device's generator,
-// composed as mydev's eager kernel does (csrc/native/Random.cpp) so that both
-// draw the same numbers from the same seed.
-std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
-  TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
-  if (input.numel() == 0 || !train.value_or(true) || p == 0) {
-    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
-  }
-  if (p == 1) {
-    return {at::zeros_like(input), at::zeros_like(input, input.options().dtype(at::kBool))};
-  }
-  const at::Tensor keep = at::bernoulli(input, 1 - p);
-  return {input.mul(keep).mul(1.0 / (1.0 - p)), keep.to(at::kBool)};
-}
-
 } // namespace
 
 void register_lazy_decompositions() {
   static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::Lazy, __FILE__, __LINE__);
   library.impl("_safe_softmax", TORCH_FN(safe_softmax));
-  library.impl("native_dropout", TORCH_FN(native_dropout));
+  // native_dropout has no generator argument: traced as itself, a program would
+  // run ATen's CPU kernel, which draws from the CPU's generator.
+  library.impl("native_dropout", TORCH_FN(native_dropout_by_bernoulli));
 }
 
 } // namespace my_device::lazy

@@ -3,15 +3,17 @@
 // without one (native_dropout) would draw from the CPU default generator inside
 // their CPU kernel, coupling the two devices' random streams. So dropout is
 // composed of device ops that take the generator (queued like any others).
-#include <ATen/ops/empty_like.h>
+#include "Random.h"
+
+#include <ATen/ops/bernoulli.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
 namespace my_device {
-namespace {
 
-std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+std::tuple<at::Tensor, at::Tensor> native_dropout_by_bernoulli(const at::Tensor& input, double p,
+                                                               std::optional<bool> train) {
   TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
   if (input.numel() == 0 || !train.value_or(true) || p == 0) {
     return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
@@ -19,14 +21,16 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   if (p == 1) {
     return {at::zeros_like(input), at::zeros_like(input, input.options().dtype(at::kBool))};
   }
-  // Device ops, queued like any: bernoulli_ draws from the device's generator.
-  at::Tensor keep = at::empty_like(input).bernoulli_(1 - p);
-  at::Tensor output = input.mul(keep).mul_(1.0 / (1.0 - p));
-  return {output, keep.to(at::kBool)};
+  // Device ops, queued like any: bernoulli.p draws from the device's generator
+  // (and traces, for the lazy backend).
+  const at::Tensor keep = at::bernoulli(input, 1 - p);
+  return {input.mul(keep).mul(1.0 / (1.0 - p)), keep.to(at::kBool)};
 }
 
+namespace {
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("native_dropout", TORCH_FN(native_dropout));
+  m.impl("native_dropout", TORCH_FN(native_dropout_by_bernoulli));
 }
 
 } // namespace
