@@ -122,8 +122,12 @@ def _apply(self, fn, recurse=True):
         # its fallback asserts they are Parameters. The C++ module takes the
         # converted tensors instead (test_module_conversion.py).
         for name, param in list(self._parameters.items()):
-            if param is not None and _kept_on_cuda_not_on_mydev(param, converted(param)):
-                self._parameters[name] = converted(param)
+            if param is None or not _kept_on_cuda_not_on_mydev(param, converted(param)):
+                continue
+            moved = converted(param).requires_grad_(param.requires_grad)  # fn ran under no_grad
+            if param.grad is not None:
+                moved.grad = converted(param.grad)
+            self._parameters[name] = moved
         return _torch_apply(self, converted, recurse=False)
 
     swap, not_swappable = False, []

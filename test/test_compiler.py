@@ -307,7 +307,7 @@ def _geometry(t):
 
 @pytest.mark.parametrize("bias_shape,transposed,beta,alpha", [
     ((5,), True, 1, 1), ((3, 5), False, 1, 1), ((3, 1), True, 0.5, 2.0), ((1, 5), False, 1, -1.5),
-    ((5,), True, 0, 1), (None, True, None, None), (None, False, None, None),
+    ((5,), True, 0, 1), ((5,), False, 1, 0), (None, True, None, None), (None, False, None, None),
 ])
 def test_small_matrix_products_are_gemm_steps(bias_shape, transposed, beta, alpha):
     """Small Float addmm/mm run as the program's own GemmKernel (not the CPU kernel): CPU's result for
@@ -315,6 +315,8 @@ def test_small_matrix_products_are_gemm_steps(bias_shape, transposed, beta, alph
     bias, as addmm does."""
     torch.manual_seed(0)
     a = torch.randn(3, 7)
+    if alpha == 0:
+        a[0, 0] = float("inf")  # alpha 0 leaves the product out, Inf and NaN included, as BLAS does
     b = torch.randn(5, 7).t() if transposed else torch.randn(7, 5)
     out = torch.empty(3, 5)
     if bias_shape is None:
@@ -333,6 +335,25 @@ def test_small_matrix_products_are_gemm_steps(bias_shape, transposed, beta, alph
     dev_inputs = [t.to(DEV) if t.is_contiguous() else t.t().contiguous().to(DEV).t() for t in inputs]
     (got,) = program.run(dev_inputs)
     torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_overlapping_inputs_of_an_in_place_step_are_refused_as_in_eager():
+    """Two inputs over one storage reach the program's steps as views of one host storage, so ATen's
+    overlap check refuses a partly overlapping in-place op as eager does (reported at the next sync)."""
+    program = mc.compile("""program overlap
+input %0 : Float[7]{1}+0
+input %1 : Float[7]{1}+1
+%2 = aten::add_.Tensor(%0, %1, i1) : Float[7]{1}+0
+output %2
+""")
+    x = torch.arange(8.0, device=DEV)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        x[:-1].add_(x[1:])
+    with pytest.raises(RuntimeError, match="single memory location"):
+        program.run([x[:-1], x[1:]])
+        torch.mydev.synchronize()
+    torch.testing.assert_close(program.run([torch.zeros(7, device=DEV), torch.ones(8, device=DEV)[1:]])[0].cpu(),
+                               torch.ones(7))
 
 
 def test_large_products_and_other_dtypes_keep_the_cpu_kernel():

@@ -259,3 +259,23 @@ def test_script_modules_move_to_mydev_and_back(source):
     back = module.cpu()
     assert all(t.device.type == "cpu" for t in back.parameters())
     torch.testing.assert_close(back(x), net(x))
+
+
+def test_script_module_moved_to_mydev_trains_like_cpu():
+    """Moved parameters keep requires_grad and their gradients, as .cuda() keeps them."""
+    torch.manual_seed(0)
+    net = nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    module = torch.jit.script(copy.deepcopy(net))
+    module(x).sum().backward()
+    module.to("mydev")
+    assert all(p.requires_grad and p.grad is not None and p.grad.device.type == "mydev" for p in module.parameters())
+    net(x).sum().backward()
+    for p, q in zip(module.parameters(), net.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad)
+    module.zero_grad()
+    net.zero_grad()
+    module(x.to("mydev")).pow(2).sum().backward()
+    net(x).pow(2).sum().backward()
+    for p, q in zip(module.parameters(), net.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad)

@@ -418,15 +418,17 @@ def test_sum_and_clamp_are_queued_structured_kernels(name, fn):
     check_queued_like_cpu(fn, X)
 
 
-def test_clamp_calls_the_structured_kernel_leaves_to_the_host_kernel_keep_cpu_results_and_errors():
-    """NaN bounds (the CPU kernel fills the output with another op) and integer tensors (bounds checked
-    against the dtype) take the host kernel: CPU's results and CPU's errors, at the call."""
+def test_calls_the_structured_kernels_leave_to_the_host_kernel_keep_cpu_results_and_errors():
+    """clamp with NaN bounds (the CPU kernel fills the output with another op), of integer tensors or with
+    bounds the dtype cannot hold (checked when the CPU loop runs), and sum of complex tensors take the host
+    kernel: CPU's results and CPU's errors, at the call."""
     x = torch.randn(5, 3)
     d = x.to("mydev")
+    torch.testing.assert_close(torch.complex(d, d).sum(0).cpu(), torch.complex(x, x).sum(0))
     torch.testing.assert_close(d.clamp(float("nan"), 1.0).cpu(), x.clamp(float("nan"), 1.0), equal_nan=True)
     i = torch.arange(10)
     assert torch.equal(i.to("mydev").clamp(2, 5).cpu(), i.clamp(2, 5))
-    for bad in (lambda t: t.clamp(), lambda t: t.long().clamp_(0.5, 2.5)):
+    for bad in (lambda t: t.clamp(), lambda t: t.long().clamp_(0.5, 2.5), lambda t: t.half().clamp(max=1e5)):
         with pytest.raises(RuntimeError) as cpu_error:
             bad(x)
         with pytest.raises(RuntimeError) as dev_error:

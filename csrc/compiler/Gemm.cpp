@@ -94,7 +94,8 @@ void GemmKernel::run(const at::Tensor& out, const at::Tensor& bias, const at::Te
     }
     float* o = O + i * os0;
     for (int64_t j = 0; j < n; ++j) {
-      float v = alpha == 1 ? acc[j] : alpha * acc[j];
+      // alpha 0 leaves the product out, Inf and NaN included, as BLAS does.
+      float v = alpha == 1 ? acc[j] : (alpha == 0 ? 0.0f : alpha * acc[j]);
       if (use_bias) v += (beta == 1 ? C[i * ci + j * cj] : beta * C[i * ci + j * cj]);
       o[j * os1] = v;
     }

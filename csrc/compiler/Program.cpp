@@ -214,18 +214,43 @@ std::optional<GemmKernel> gemm_of(const Graph& g, const Node& n, const Step& ste
   return kernel;
 }
 
-// A CPU tensor over an operand's bytes, with the program's geometry for it.
-at::Tensor host_view(const Operand& o, const TensorMeta& m) {
-  if (o.host.defined()) return o.host;
-  auto storage = c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), o.nbytes, c10::DataPtr(kernel_address(o.base), c10::Device(c10::kCPU)),
-      /*allocator=*/nullptr, /*resizable=*/false);
-  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(std::move(storage)),
-                                                   c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                   c10::scalarTypeToTypeMeta(m.dtype));
-  impl->set_sizes_and_strides(m.sizes, m.strides, o.offset);
-  return at::Tensor(std::move(impl));
-}
+// CPU tensors over the operands' bytes, with the program's geometry for them.
+// Operands over one device storage share one host StorageImpl, as HostCall's
+// do: ATen's alias and overlap checks (an in-place op whose source overlaps
+// its destination) compare StorageImpls.
+class HostViews {
+ public:
+  explicit HostViews(size_t operands) {
+    storages_.reserve(operands);
+  }
+
+  at::Tensor operator()(const Operand& o, const TensorMeta& m) {
+    if (o.host.defined()) return o.host;
+    // A held storage is read as it is when the task runs, as a TensorImpl
+    // sharing it would be (the caller may have resized it since the launch);
+    // a leased block stays where it was (core/KernelArgs.h).
+    void* base = o.hold ? o.hold.mutable_data() : o.base;
+    const size_t nbytes = o.hold ? o.hold.nbytes() : o.nbytes;
+    const c10::Storage* storage = nullptr;
+    for (const auto& [b, st] : storages_) {
+      if (b == base) storage = &st;
+    }
+    if (storage == nullptr) {
+      storages_.emplace_back(base, c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                                       c10::StorageImpl::use_byte_size_t(), nbytes,
+                                       c10::DataPtr(kernel_address(base), c10::Device(c10::kCPU)),
+                                       /*allocator=*/nullptr, /*resizable=*/false)));
+      storage = &storages_.back().second;
+    }
+    auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(*storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                     c10::scalarTypeToTypeMeta(m.dtype));
+    impl->set_sizes_and_strides(m.sizes, m.strides, o.offset);
+    return at::Tensor(std::move(impl));
+  }
+
+ private:
+  std::vector<std::pair<void*, c10::Storage>> storages_;
+};
 
 std::string label_of(const Node& n) {
   std::string s = n.op + " (line " + std::to_string(n.line) + ")";
@@ -618,6 +643,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
   // Routes the CPU allocations of calls without an out= overload to device memory.
   HostCall call(device);
   std::vector<at::Tensor> values(g.values.size());
+  HostViews host_view(operands.size());
   const size_t n_in = g.inputs.size(), n_out = output_buffers_.size();
   for (size_t i = 0; i < n_in; ++i) values[g.inputs[i]] = host_view(operands[i], g.values[g.inputs[i]].meta);
   at::Tensor host_arena;

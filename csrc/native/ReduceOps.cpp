@@ -12,8 +12,18 @@ namespace {
 
 using namespace structured;
 
+// Real dtypes only: the CPU kernel's dtype errors (ComplexHalf, float8) and
+// its complex-to-real cast warning must come at the call, from the host kernel.
+bool queueable(at::ScalarType t) {
+  return at::isFloatingType(t) || at::isIntegralType(t, /*includeBool=*/true);
+}
+
 at::Tensor sum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                std::optional<at::ScalarType> dtype) {
+  if (!queueable(self.scalar_type()) || (dtype && !queueable(*dtype)) ||
+      (at::isFloatingType(self.scalar_type()) && dtype && !at::isFloatingType(*dtype))) {
+    return run_host_kernel("aten::sum.dim_IntList", self, dim, keepdim, dtype)[0].toTensor();
+  }
   return functional<at::native::structured_sum_out>("aten::sum.dim_IntList", self, HeldIntList(dim), keepdim, dtype);
 }
 

@@ -2,6 +2,8 @@
 // training loops, as a queued structured kernel (StructuredKernel.h).
 #include "StructuredKernel.h"
 
+#include <ATen/Dispatch.h>
+#include <c10/util/overflows.h>
 #include <ATen/native/TensorCompare.h>
 #include <ATen/ops/clamp.h>
 #include <ATen/ops/clamp_native.h>
@@ -25,11 +27,20 @@ const bool g_stubs_mirrored = [] {
 // which on the stream's worker would be a launch behind the running kernel,
 // and checks integer bounds against the dtype's range, which must raise at
 // the call: those calls take the host kernel, which runs them as the CPU does.
+// A bound the dtype cannot hold (1e5 for half) makes the CPU loop's checked
+// conversion raise: also the host kernel's, at the call.
 bool queueable(const at::Tensor& self, const std::optional<at::Scalar>& min, const std::optional<at::Scalar>& max) {
-  auto plain = [](const std::optional<at::Scalar>& s) {
-    return !s || (!s->isComplex() && !(s->isFloatingPoint() && std::isnan(s->toDouble())));
+  const at::ScalarType dtype = self.scalar_type();
+  if (!at::isFloatingType(dtype)) return false;
+  auto plain = [&](const std::optional<at::Scalar>& s) {
+    if (!s) return true;
+    if (s->isComplex() || (s->isFloatingPoint() && std::isnan(s->toDouble()))) return false;
+    bool fits = false;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "clamp_bound",
+                                    [&] { fits = !c10::overflows<scalar_t, double>(s->toDouble()); });
+    return fits;
   };
-  return at::isFloatingType(self.scalar_type()) && plain(min) && plain(max);
+  return plain(min) && plain(max);
 }
 
 at::Tensor clamp(const at::Tensor& self, const std::optional<at::Scalar>& min, const std::optional<at::Scalar>& max) {
