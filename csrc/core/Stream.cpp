@@ -4,6 +4,7 @@
 #include <deque>
 #include <mutex>
 
+#include "AutogradThread.h"
 #include "Device.h"
 #include "Exception.h"
 
@@ -29,7 +30,22 @@ struct Pool {
 // [device][priority index], priority index 0 = least (0), 1 = greatest (-1)
 std::array<std::array<Pool, 2>, kMaxDevices> g_pools;
 
-thread_local std::array<const StreamRecord*, kMaxDevices> tls_current{};  // nullptr: default stream
+struct ThreadStreams {
+  std::array<const StreamRecord*, kMaxDevices> current{};  // nullptr: default stream
+  bool configured = false;  // configure_backward_thread has run on this thread
+};
+thread_local ThreadStreams tls_streams;
+
+// Every launch asks for its current stream, so this is where a host thread's
+// first use of the device is seen.
+inline std::array<const StreamRecord*, kMaxDevices>& thread_current() {
+  ThreadStreams& t = tls_streams;
+  if (C10_UNLIKELY(!t.configured)) {
+    t.configured = true;
+    configure_backward_thread();
+  }
+  return t.current;
+}
 
 const StreamRecord* record_of(const c10::Stream& stream) {
   if (stream.id() == 0) return nullptr;
@@ -66,13 +82,13 @@ c10::Stream default_stream(c10::DeviceIndex device) {
 c10::Stream current_stream(c10::DeviceIndex device) {
   if (device < 0) device = current_device();
   check_device_index(device);
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, device), id_of(tls_current[device]));
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, device), id_of(thread_current()[device]));
 }
 
 void set_current_stream(const c10::Stream& stream) {
   TORCH_CHECK(stream.device_type() == kMyDev, "expected a mydev stream, got ", stream);
   check_device_index(stream.device_index());
-  tls_current[stream.device_index()] = record_of(stream);
+  thread_current()[stream.device_index()] = record_of(stream);
 }
 
 c10::Stream stream_from_pool(c10::DeviceIndex device, int priority) {
@@ -115,7 +131,7 @@ mydevStream_t stream_handle(const c10::Stream& stream) {
 }
 
 mydevStream_t current_stream_handle(c10::DeviceIndex device) {
-  const StreamRecord* r = tls_current[device];
+  const StreamRecord* r = thread_current()[device];
   return r == nullptr ? nullptr : r->handle;
 }
 
