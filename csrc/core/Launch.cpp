@@ -57,6 +57,16 @@ KernelContext kernel_context(c10::DeviceIndex device) {
   return {device, current_stream_handle(device), free_clock(device)};
 }
 
+void finish_launch(c10::DeviceIndex device, mydevError_t err) {
+  if (err == mydevErrorLaunchFailure) {
+    // MYDEV_LAUNCH_BLOCKING: the kernel ran and failed. Report it here, and
+    // consume the stream's sticky copy so the next synchronisation does not repeat it.
+    mydevStreamSynchronize(current_stream_handle(device));
+  }
+  MYDEV_CHECK(err);
+  if (!in_kernel()) raise_kernel_warnings();
+}
+
 void retire_kernel(LaunchedTask* task) {
   LaunchedTask* head = g_retired.load(std::memory_order_relaxed);
   do {

@@ -17,6 +17,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "Device.h"
@@ -122,6 +123,31 @@ inline bool is_short_kernel(int64_t elements) {
   return elements <= kShortKernelElements;
 }
 
+// Runs a kernel's body as a stream's task does: inside its kernel context,
+// with its warnings kept for a host thread and a failure recorded, with the
+// op's label, for the next synchronisation. Returns the task's status.
+template <class F>
+int run_kernel_body(const KernelContext& context, c10::DeviceIndex device, const char* label, F& body) {
+  try {
+    KernelScope in_kernel(context);
+    c10::WarningUtils::WarningHandlerGuard keep_warnings(kernel_warning_collector());
+    if (take_injected_failure(label)) {
+      throw std::runtime_error("injected failure (my_device._C._test_inject_kernel_failure)");
+    }
+    body();
+    return 0;
+  } catch (const c10::Error& e) {
+    record_kernel_failure(device, label, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    record_kernel_failure(device, label, e.what());
+  }
+  return 1;
+}
+
+// After a launch returned `err`. Under MYDEV_LAUNCH_BLOCKING the kernel ran and
+// a failure is reported here; its warnings are raised by the call that ran it.
+void finish_launch(c10::DeviceIndex device, mydevError_t err);
+
 // `short_kernel`: see kShortKernelElements. Either way errors are reported at
 // the next synchronisation.
 template <class F>
@@ -138,21 +164,7 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
   auto* task = new Task(std::forward<F>(body), device, label);
   auto trampoline = [](void* data) -> int {
     auto* t = static_cast<Task*>(data);
-    int status = 0;
-    try {
-      KernelScope in_kernel(t->context);
-      c10::WarningUtils::WarningHandlerGuard keep_warnings(kernel_warning_collector());
-      if (take_injected_failure(t->label)) {
-        throw std::runtime_error("injected failure (my_device._C._test_inject_kernel_failure)");
-      }
-      t->body();
-    } catch (const c10::Error& e) {
-      record_kernel_failure(t->device, t->label, e.what_without_backtrace());
-      status = 1;
-    } catch (const std::exception& e) {
-      record_kernel_failure(t->device, t->label, e.what());
-      status = 1;
-    }
+    const int status = run_kernel_body(t->context, t->device, t->label, t->body);
     retire_kernel(t);
     return status;
   };
@@ -161,19 +173,43 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
   RuntimeDeviceGuard on_device(device);
   const mydevError_t err = mydevLaunchHostFuncEx(current_stream_handle(device), trampoline, task, label,
                                                  short_kernel ? mydevLaunchShortTask : 0u);
-  if (err == mydevErrorLaunchFailure) {
-    // MYDEV_LAUNCH_BLOCKING: the kernel ran and failed. Report it here, and
-    // consume the stream's sticky copy so the next synchronisation does not repeat it.
-    mydevStreamSynchronize(current_stream_handle(device));
-    MYDEV_CHECK(err);
-  }
-  if (err != mydevSuccess) {
-    delete task;  // not enqueued
-    MYDEV_CHECK(err);
-  }
-  // After the launch, so that under MYDEV_LAUNCH_BLOCKING the kernel's own
-  // warnings are raised by the call that ran it.
-  if (!in_kernel()) raise_kernel_warnings();
+  if (err != mydevSuccess && err != mydevErrorLaunchFailure) delete task;  // not enqueued
+  finish_launch(device, err);
+}
+
+// Whether `device`'s current stream has nothing queued or running: a hint for
+// launch_if_idle's callers, which decide by it whether to prepare a kernel
+// that reads their own arguments (the launch itself decides).
+inline bool stream_idle(c10::DeviceIndex device) {
+  RuntimeDeviceGuard on_device(device);  // see launch_async
+  return mydevStreamQuery(current_stream_handle(device)) == mydevSuccess;
+}
+
+// A short kernel (kShortKernelElements) that runs now, on this thread, if
+// `device`'s current stream is idle, and otherwise runs nothing and returns
+// false. `body` may read the caller's own arguments, which a queued task would
+// have to copy and hold (a job, KernelArgs.h): on an idle stream that costs
+// more than the kernel. Failures are reported at the next synchronisation, as
+// a queued kernel's.
+template <class F>
+bool launch_if_idle(c10::DeviceIndex device, const char* label, F&& body) {
+  reap_finished_kernels();
+  struct Closure {
+    std::remove_reference_t<F>* body;
+    c10::DeviceIndex device;
+    const char* label;
+    KernelContext context;
+  } closure{&body, device, label, kernel_context(device)};
+  auto trampoline = [](void* data) -> int {
+    auto* c = static_cast<Closure*>(data);
+    return run_kernel_body(c->context, c->device, c->label, *c->body);
+  };
+  RuntimeDeviceGuard on_device(device);  // see launch_async
+  const mydevError_t err = mydevLaunchHostFuncEx(current_stream_handle(device), trampoline, &closure, label,
+                                                 mydevLaunchShortTask | mydevLaunchIdleOnly);
+  if (err == mydevErrorNotReady) return false;
+  finish_launch(device, err);
+  return true;
 }
 
 template <class F>

@@ -23,6 +23,7 @@
 #include <ATen/native/DispatchStub.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -245,8 +246,49 @@ c10::DeviceIndex launch_device(const Args&... args) {
   return device < 0 ? current_device() : device;
 }
 
+// Whether every tensor argument is small enough for a short kernel: calls
+// that may run at once (launch_if_idle) are picked before meta() knows the
+// output's size.
+template <class... Args>
+bool short_operands(const Args&... args) {
+  auto fits = [](const auto& a) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, at::Tensor>) {
+      return !a.defined() || is_short_kernel(a.numel());
+    } else {
+      return true;
+    }
+  };
+  return (fits(args) && ...);
+}
+
+// A short TensorIterator kernel on an idle stream runs at the call, over the
+// caller's own tensors, as the CPU runs it: no job holding its arguments, no
+// TensorImpl of the kernel's own, no task. Empty if the call must be queued
+// (the caller then builds the job; if the stream stopped being idle after
+// meta() ran here, meta() runs once more there).
+template <class Base, class... Args>
+std::optional<at::Tensor> functional_now(const char* label, const Args&... args) {
+  const c10::DeviceIndex device = launch_device(args...);
+  if (!short_operands(args...) || !stream_idle(device)) return std::nullopt;
+  Functional<Base> op;
+  op.meta(args...);
+  if (!uniform_dtype(op)) return run_host_kernel(label, args...)[0].toTensor();
+  if (!is_short_kernel(op.numel())) return std::nullopt;
+  TORCH_INTERNAL_ASSERT(op.output.device().index() == device, label, ": output on mydev:",
+                        op.output.device().index(), ", inputs on mydev:", device);
+  const bool ran = launch_if_idle(device, label, [&] {
+    use_kernel_addresses(op);
+    op.impl(args..., op.output);
+  });
+  if (!ran) return std::nullopt;
+  return std::move(op.output);
+}
+
 template <class Base, class... Args>
 at::Tensor functional(const char* label, const Args&... args) {
+  if constexpr (kIterator<Base>) {
+    if (auto out = functional_now<Base>(label, args...)) return std::move(*out);
+  }
   struct Job : Pooled<Job> {
     Job(c10::DeviceIndex device, const Args&... a) : held(device), args(held_arg(held, !kIterator<Base>, a)...) {}
     KernelArgs held;
@@ -287,11 +329,29 @@ at::Tensor functional(const char* label, const Args&... args) {
   return out;
 }
 
+// in_place's counterpart of functional_now: true if the call is done.
+template <class Base, class... Args>
+bool in_place_now(const char* label, at::Tensor& self, const Args&... args) {
+  const c10::DeviceIndex device = self.device().index();
+  if (!short_operands(self, args...) || !stream_idle(device)) return false;
+  InPlace<Base> op(self);
+  op.meta(self, args...);
+  if (!uniform_dtype(op)) {
+    run_host_kernel(label, self, args...);
+    return true;
+  }
+  return launch_if_idle(device, label, [&] {
+    use_kernel_addresses(op);
+    op.impl(self, args..., self);
+  });
+}
+
 template <class Base, class... Args>
 at::Tensor& in_place(const char* label, at::Tensor& self, const Args&... args) {
   // impl() runs on the device tensors themselves: only a TensorIterator
   // (use_kernel_addresses) knows to reach them at their kernel addresses.
   static_assert(kIterator<Base>, "in_place: TensorIterator ops only; others go through a HostCall");
+  if (in_place_now<Base>(label, self, args...)) return self;
   struct Job : Pooled<Job> {
     Job(c10::DeviceIndex device, const at::Tensor& s, const Args&... a)
         : held(device), self(held.share(s)), args(held_arg(held, false, a)...), op(s) {}

@@ -194,6 +194,12 @@ MYDEV_API mydevError_t mydevLaunchHostFuncLabeled(mydevStream_t stream, mydevHos
  * failure is the stream's sticky error, reported by the next synchronisation,
  * and the launch returns mydevSuccess. */
 #define mydevLaunchShortTask 0x1u
+/* With mydevLaunchShortTask: run fn on the calling thread if the stream is
+ * idle, and otherwise enqueue nothing and return mydevErrorNotReady. For
+ * callers whose fn reads the caller's own arguments, which a queued task could
+ * not (they would build a task that holds its own copies instead). Ignored
+ * under MYDEV_LAUNCH_BLOCKING, where every launch runs at the call. */
+#define mydevLaunchIdleOnly 0x2u
 MYDEV_API mydevError_t mydevLaunchHostFuncEx(mydevStream_t stream, mydevHostFn_t fn, void* user_data,
                                              const char* label, unsigned int flags);
 /* Copies into buf the label of the launch behind the stream's sticky error:

@@ -932,6 +932,7 @@ mydevError_t launch(mydevStream_t stream, mydevHostFn_t fn, void* user_data, con
     mydevError_t rc;
     if (runIfIdle(*s, fn, user_data, label, &rc)) return rc;
   }
+  if (flags & mydevLaunchIdleOnly) return mydevErrorNotReady;
   Task task;
   task.kind = Task::Kind::kLaunch;
   task.fn = fn;

@@ -1391,6 +1391,21 @@ void testShortTasks() {
   CHECK(std::string(label) == "short failure");
   CHECK_OK(mydevStreamSynchronize(s));
   CHECK_ERR(mydevLaunchHostFuncEx(s, nullptr, nullptr, nullptr, mydevLaunchShortTask), mydevErrorInvalidValue);
+  // Idle only: runs here on an idle stream, and behind queued work runs
+  // nothing and enqueues nothing.
+  const unsigned idle_only = mydevLaunchShortTask | mydevLaunchIdleOnly;
+  ShortProbe now;
+  CHECK_OK(mydevLaunchHostFuncEx(s, shortProbeKernel, &now, "idle only", idle_only));
+  CHECK(now.thread == std::this_thread::get_id());
+  CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+  std::atomic<int> later{0};
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &later));
+  ShortProbe refused;
+  CHECK_ERR(mydevLaunchHostFuncEx(s, shortProbeKernel, &refused, "idle only", idle_only), mydevErrorNotReady);
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(later == 1);
+  CHECK(refused.flag_seen == -1 && refused.thread == std::thread::id());
+  CHECK_OK(mydevTestSetStreamDelay(s, 0));
   CHECK_OK(mydevStreamDestroy(s));
 }
 
