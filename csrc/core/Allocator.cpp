@@ -29,6 +29,7 @@
 #include <c10/util/irange.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -129,11 +130,33 @@ class DeviceCache {
     const size_t size = round_size(nbytes);
     const bool small = size <= kSmallSize;
     std::unique_lock<std::mutex> lock(mutex_);
-    process_events();
+    if (!pending_.empty()) process_events();
+    Block* block = take_binned(stream, size);
+    if (block == nullptr) block = carve(size, small, stream, nbytes, context, lock);
+    block->allocated = true;
+    block->requested = nbytes;
+    trace(TraceEntry::Action::Alloc, device_, block->ptr, block->size, stream, context);
+    block->context = std::move(context);
+    update(stats_.allocation, small, 1);
+    update(stats_.allocated_bytes, small, static_cast<int64_t>(block->size));
+    update(stats_.active, small, 1);
+    update(stats_.active_bytes, small, static_cast<int64_t>(block->size));
+    update(stats_.requested_bytes, small, static_cast<int64_t>(nbytes));
+    return block;
+  }
+
+  // A block of `size` bytes from the pool, split off a free block of the
+  // stream or a new segment.
+  Block* carve(size_t size, bool small, mydevStream_t stream, size_t nbytes, const StackContext& context,
+               std::unique_lock<std::mutex>& lock) {
     Pool& pool = small ? small_ : large_;
+    Block* block = nullptr;
     Block key{device_, stream, size, nullptr, small};
     auto it = pool.lower_bound(&key);
-    Block* block = nullptr;
+    if ((it == pool.end() || (*it)->stream != stream) && binned_ > 0) {
+      flush_bins();  // the bins' blocks, merged, may serve it
+      it = pool.lower_bound(&key);
+    }
     if (it != pool.end() && (*it)->stream == stream) {
       block = *it;
       pool.erase(it);
@@ -154,15 +177,6 @@ class DeviceCache {
       block->size = size;
       pool.insert(rest);
     }
-    block->allocated = true;
-    block->requested = nbytes;
-    trace(TraceEntry::Action::Alloc, device_, block->ptr, block->size, stream, context);
-    block->context = std::move(context);
-    update(stats_.allocation, small, 1);
-    update(stats_.allocated_bytes, small, static_cast<int64_t>(block->size));
-    update(stats_.active, small, 1);
-    update(stats_.active_bytes, small, static_cast<int64_t>(block->size));
-    update(stats_.requested_bytes, small, static_cast<int64_t>(nbytes));
     return block;
   }
 
@@ -250,6 +264,7 @@ class DeviceCache {
   void snapshot(std::vector<SegmentSnapshot>& out) {
     std::lock_guard<std::mutex> lock(mutex_);
     process_events();
+    flush_bins();
     for (Block* head : segments_) {
       SegmentSnapshot seg{device_, reinterpret_cast<uintptr_t>(head->ptr), 0, stream_key(head->stream),
                           head->small, 0, 0, {}};
@@ -352,6 +367,13 @@ class DeviceCache {
     block->context.reset();
     update(stats_.active, block->small, -1);
     update(stats_.active_bytes, block->small, -static_cast<int64_t>(block->size));
+    block->freed_at = clock_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    if (bin(block)) return;
+    merge_into_pool(block);
+  }
+
+  // Puts a free block back into its pool, merged with its free neighbours.
+  void merge_into_pool(Block* block) {
     Pool& pool = block->small ? small_ : large_;
     for (Block* neighbour : {block->prev, block->next}) {
       if (neighbour == nullptr || neighbour->allocated || pool.count(neighbour) == 0) continue;
@@ -367,6 +389,64 @@ class DeviceCache {
     block->freed_at = clock_.fetch_add(1, std::memory_order_acq_rel) + 1;
     pool.insert(block);
   }
+
+  // Small blocks freed and soon allocated again at the same size (the
+  // tensors of a loop of small ops) skip the pool: a freed block of up to
+  // kBinnedMax bytes waits, unmerged, in a bin of its stream and size, and an
+  // allocation of that size on that stream takes it back. Splitting and merging
+  // through the pool cost two heap allocations and four tree updates per
+  // tensor. Whatever needs whole free blocks (giving segments back, an
+  // allocation the bins cannot serve that would otherwise need a new segment,
+  // snapshots) merges the bins into the pool first.
+  static constexpr size_t kBinnedMax = 8 * kMinBlock;
+  static constexpr size_t kBinDepth = 32;
+  struct StreamBins {
+    mydevStream_t stream;
+    std::array<std::vector<Block*>, kBinnedMax / kMinBlock> by_size;  // [size / kMinBlock - 1]
+  };
+
+  bool bin(Block* block) {
+    if (!block->small || block->size > kBinnedMax || block->stream == kScratch) return false;
+    std::vector<Block*>& slot = bins_for(block->stream).by_size[block->size / kMinBlock - 1];
+    if (slot.size() >= kBinDepth) return false;
+    slot.push_back(block);
+    ++binned_;
+    return true;
+  }
+
+  Block* take_binned(mydevStream_t stream, size_t size) {
+    if (binned_ == 0 || size > kBinnedMax) return nullptr;
+    for (StreamBins& b : bins_) {
+      if (b.stream != stream) continue;
+      std::vector<Block*>& slot = b.by_size[size / kMinBlock - 1];
+      if (slot.empty()) return nullptr;
+      Block* block = slot.back();
+      slot.pop_back();
+      --binned_;
+      return block;
+    }
+    return nullptr;
+  }
+
+  StreamBins& bins_for(mydevStream_t stream) {
+    for (StreamBins& b : bins_) {
+      if (b.stream == stream) return b;
+    }
+    bins_.push_back(StreamBins{stream, {}});
+    return bins_.back();
+  }
+
+  void flush_bins() {
+    if (binned_ == 0) return;
+    for (StreamBins& b : bins_) {
+      for (auto& slot : b.by_size) {
+        for (Block* block : slot) merge_into_pool(block);
+        slot.clear();
+      }
+    }
+    binned_ = 0;
+  }
+
 
   void process_events() {
     for (auto it = pending_.begin(); it != pending_.end();) {
@@ -394,6 +474,7 @@ class DeviceCache {
   // Whole free segments, the only ones release_cached_locked gives back.
   template <class F>
   void for_each_free_segment(F&& f) {
+    flush_bins();
     for (Pool* pool : {&small_, &large_}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;
@@ -474,6 +555,8 @@ class DeviceCache {
   Pool small_, large_;
   std::set<Block*, std::less<>> segments_;  // the first block of each segment the runtime gave
   std::vector<std::pair<Block*, std::vector<mydevEvent_t>>> pending_;
+  std::vector<StreamBins> bins_;  // see bin()
+  size_t binned_ = 0;
   DeviceStats stats_;
   double fraction_ = 1.0;
   std::atomic<uint64_t> clock_{0};  // see free_clock; written under mutex_, read without it

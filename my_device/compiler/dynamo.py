@@ -54,12 +54,83 @@ _KEEP_WHOLE = (
 )
 
 
+# Pointwise ops whose foreach forms (the optimizers' `_foreach_*` calls) are traced as one op per
+# tensor, so that the compiler fuses an optimizer's whole update of a parameter into one pass. Kept
+# as list ops they would be calls of the generic kernel, one per list and per step of the update.
+_FOREACH_POINTWISE = (
+    "abs", "add", "addcdiv", "addcmul", "clamp_max", "clamp_min", "div", "exp", "lerp", "log", "maximum",
+    "minimum", "mul", "neg", "pow", "reciprocal", "rsqrt", "sigmoid", "sign", "sqrt", "sub", "tanh",
+)
+
+
+_KEYWORD_ONLY = ("value", "alpha")
+
+
+def _per_tensor(packet, schema):
+    lists = [i for i, a in enumerate(schema.arguments) if str(a.type) in ("List[Tensor]", "List[number]")]
+    names = {schema.arguments[i].name for i in lists}
+
+    def run(*args, **kwargs):
+        n = len(args[lists[0]]) if lists[0] < len(args) else len(kwargs[schema.arguments[lists[0]].name])
+        out = []
+        for i in range(n):
+            a, kw = [], {}
+            for k, x in enumerate(args):
+                name = schema.arguments[k].name
+                # addcmul's and addcdiv's `value`, add's and sub's `alpha` are keyword-only there.
+                (kw.__setitem__(name, x[i] if k in lists else x) if name in _KEYWORD_ONLY
+                 else a.append(x[i] if k in lists else x))
+            kw.update({k: (v[i] if k in names else v) for k, v in kwargs.items()})
+            out.append(packet(*a, **kw))
+        return out
+
+    return run
+
+
+def _foreach_decompositions():
+    table = {}
+    for base in _FOREACH_POINTWISE:
+        packet = getattr(torch.ops.aten, f"_foreach_{base}", None)
+        if packet is None:
+            continue
+        for name in packet.overloads():
+            overload = getattr(packet, name)
+            schema = overload._schema
+            # Functional overloads only (functionalization has turned the in-place ones into these),
+            # and only those whose per-tensor form is the plain op: a `Tensor scalars` argument
+            # (one value per tensor, in a tensor) would need host reads.
+            types = [str(a.type) for a in schema.arguments]
+            if name.endswith("out") or schema.is_mutable or "Tensor" in types and base in ("addcmul", "addcdiv"):
+                continue
+            if not any(t in ("List[Tensor]", "List[number]") for t in types):
+                continue
+            table[overload] = _per_tensor(getattr(torch.ops.aten, base), schema)
+    return table
+
+
+_CORE_LERP = core_aten_decompositions()[torch.ops.aten.lerp.Scalar]
+
+
+def _lerp_scalar(start, end, weight):
+    """lerp with a number weight (the optimizers' exp_avg update) as plain arithmetic the compiler
+    fuses. Core ATen's decomposition makes the weight a tensor first (a fill), which is not."""
+    if start.dtype != end.dtype or not start.dtype.is_floating_point or isinstance(weight, complex):
+        return _CORE_LERP(start, end, weight)
+    # The CPU kernel's two forms, chosen as it chooses them: the one near the closer end.
+    if abs(weight) < 0.5:
+        return (end - start) * weight + start
+    return (end - start) * (weight - 1) + end
+
+
 def decompositions():
-    """core_aten_decompositions() less the ops in _KEEP_WHOLE."""
+    """core_aten_decompositions() less the ops in _KEEP_WHOLE, plus the optimizers' foreach ops as
+    per-tensor ops."""
     table = dict(core_aten_decompositions())
     for name in _KEEP_WHOLE:
         packet, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, packet), overload), None)
+    table.update(_foreach_decompositions())
+    table[torch.ops.aten.lerp.Scalar] = _lerp_scalar
     return table
 
 

@@ -97,6 +97,149 @@ def split_host_prologue(gm):
     return torch.fx.GraphModule(gm, prologue), torch.fx.GraphModule(gm, rest)
 
 
+_LIKE_FACTORIES = ("full_like", "zeros_like", "ones_like", "empty_like")
+
+
+def _joins_chain(node, producer):
+    """Whether `node`, a user of `producer`, may be scheduled right after it: a pure pointwise op (or
+    a *_like factory) of the producer's shape."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.pointwise not in node.target.tags and node.target._opname not in _LIKE_FACTORIES:
+        return False
+    a, b = node.meta.get("val"), producer.meta.get("val")
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+
+
+def _scalar_fill(node):
+    """The number a `full_like(x, number)` of a floating dtype fills with, else None."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.full_like.default:
+        return None
+    if len(node.args) != 2 or any(v is not None and not (k == "pin_memory" and v is False)
+                                  for k, v in node.kwargs.items()):
+        return None
+    value, val = node.args[1], node.meta.get("val")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not isinstance(val, torch.Tensor):
+        return None
+    return value if val.dtype.is_floating_point else None
+
+
+def fold_scalar_fills(gm):
+    """Replaces `full_like(x, c)` read only by pointwise ops with the number c itself.
+
+    Decompositions turn a number operand into a filled tensor (the optimizers' lerp becomes
+    `addcmul(exp_avg, full_like(diff, 1 - beta1), diff)`); the fill is a call that splits the
+    chain around it, while a number is a constant of the fused kernel. Only where the result is
+    the same: the fill has x's dtype (as a number operand of a tensor op of that dtype gives), and
+    each user has another operand of its own output's shape, so broadcasting is unchanged.
+    """
+    changed = False
+    # A pointwise op of a fill and numbers only (addcmul's `value` applied to it) is a fill itself.
+    folding = True
+    while folding:
+        folding = False
+        for node in list(gm.graph.nodes):
+            if _scalar_fill(node) is None:
+                continue
+            for user in list(node.users):
+                out = user.meta.get("val")
+                if (user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload)
+                        or torch.Tag.pointwise not in user.target.tags or not isinstance(out, torch.Tensor)
+                        or out.dtype != node.meta["val"].dtype or out.shape != node.meta["val"].shape
+                        or any(isinstance(a, torch.fx.Node) and a is not node
+                               for a in (*user.args, *user.kwargs.values()))):
+                    continue
+                one = torch.tensor(node.args[1], dtype=out.dtype)
+                value = user.target(*[one if a is node else a for a in user.args], **user.kwargs).item()
+                with gm.graph.inserting_before(user):
+                    fill = gm.graph.call_function(torch.ops.aten.full_like.default, (node.args[0], value),
+                                                  dict(node.kwargs))
+                fill.meta = dict(user.meta)
+                user.replace_all_uses_with(fill)
+                gm.graph.erase_node(user)
+                folding = changed = True
+            if not node.users:
+                gm.graph.erase_node(node)
+    for node in list(gm.graph.nodes):
+        if _scalar_fill(node) is None:
+            continue
+        value = node.args[1]
+
+        def keeps_shape(user):
+            out = user.meta.get("val")
+            return (user.op == "call_function" and isinstance(user.target, torch._ops.OpOverload)
+                    and torch.Tag.pointwise in user.target.tags and isinstance(out, torch.Tensor)
+                    and any(a is not node and isinstance(a, torch.fx.Node)
+                            and isinstance(a.meta.get("val"), torch.Tensor)
+                            and a.meta["val"].shape == out.shape for a in user.args))
+
+        if not node.users or not all(keeps_shape(u) for u in node.users):
+            continue
+        node.replace_all_uses_with(float(value))
+        gm.graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
+def cluster_pointwise_chains(gm):
+    """Reorders a functional graph so that each chain of pointwise ops over one shape is contiguous.
+
+    The compiler fuses runs of consecutive pointwise ops of one shape. Graphs traced from list ops
+    (an optimizer's `_foreach_*` calls, decomposed per tensor) interleave the chains of different
+    parameters, op by op, so no two neighbours could fuse. Here an op that continues a chain is
+    scheduled right after the last of its inputs, and a pointwise op that reads graph inputs only
+    (a chain's head, `exp_avg_sq * beta2`) waits until the chain it starts is scheduled. Graphs
+    with mutations keep their order.
+    """
+    nodes = list(gm.graph.nodes)
+    if any(n.op == "call_function" and n.is_impure() for n in nodes):
+        return gm
+    floating = {n for n in nodes if n.op == "call_function" and n.all_input_nodes and len(n.users) == 1
+                and all(i.op in ("placeholder", "get_attr") for i in n.all_input_nodes)
+                and _joins_chain(n, n)}
+    emitted, order = set(), []
+
+    def emit(n):
+        stack = [n]
+        while stack:
+            x = stack.pop()
+            if x in emitted:
+                continue
+            pulled = [i for i in x.all_input_nodes if i not in emitted]
+            if pulled:  # floating heads this op reads: they go first
+                stack.append(x)
+                stack.extend(pulled)
+                continue
+            emitted.add(x)
+            order.append(x)
+            if x.op == "placeholder":
+                continue
+            ready = [u for u in x.users if u not in emitted and u not in floating and _joins_chain(u, x)
+                     and all(i in emitted or i in floating for i in u.all_input_nodes)]
+            stack.extend(reversed(ready))
+
+    for n in nodes:
+        if n.op == "placeholder":
+            emit(n)
+    for n in nodes:
+        if n.op != "output" and n not in emitted and n not in floating:
+            emit(n)
+    for n in nodes:
+        if n.op != "output" and n not in emitted:
+            emit(n)
+    if order == nodes[:-1]:
+        return gm
+    output = nodes[-1]
+    for n in order:
+        output.prepend(n)
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
 class CompiledGraph:
     """The boxed callable for one FX graph (aot_autograd's forward, backward or inference graph)."""
 
@@ -112,6 +255,7 @@ class CompiledGraph:
             split = split_host_prologue(gm)
             if split is not None:
                 self.prologue, gm = split
+            gm = cluster_pointwise_chains(fold_scalar_fills(gm))
             self.lowered = self._lower(gm)
             if self.lowered is None:
                 self.prologue = None  # the whole original graph runs eagerly
