@@ -536,3 +536,80 @@ def test_optimizer_step_with_cpu_step_counts_compiles():
     assert mc.counters()["graphs_eager"] == 0 and mc.counters()["graphs_compiled"] >= 1
     for a, b in zip(params["cpu"], params[DEV]):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, weight_decay=1e-3),
+    lambda ps: torch.optim.Adam(ps, lr=1e-2),
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+], ids=["sgd_momentum", "adam", "adamw"])
+def test_compiled_optimizer_fuses_each_parameters_update(make_opt):
+    # The optimizers' foreach calls are traced per tensor (dynamo.decompositions) and reordered so
+    # each parameter's chain is contiguous (graph_module.cluster_pointwise_chains): the update
+    # is fused kernels only, not one generic call per list op.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    x, target = torch.randn(4, 16), torch.randint(0, 4, (4,))
+    params = {}
+    for dev, backend in (("cpu", None), (DEV, "mydev")):
+        torch._dynamo.reset()
+        m = copy.deepcopy(model).to(dev)
+        opt = make_opt(m.parameters())
+        step = torch.compile(opt.step, backend=backend) if backend else opt.step
+        for _ in range(3):
+            opt.zero_grad()
+            F.cross_entropy(m(x.to(dev)), target.to(dev)).backward()
+            step()
+        params[dev] = [p.detach().cpu() for p in m.parameters()]
+    for a, b in zip(params["cpu"], params[DEV]):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    updates = [g for g in dynamo_graphs() if "inference" in g.name]
+    assert updates, "the optimizer step was not compiled"
+    text = updates[-1].dump()
+    assert "_foreach_" not in text.split("# ")[-1]  # no step calls a list op
+    summary = next(line for line in text.splitlines() if line.startswith("# ") and "steps (" in line)
+    kernels = int(summary.split(" into ")[1].split(" kernels")[0])
+    assert " 0 calls" in summary and kernels <= 2 * len(params[DEV]), summary
+
+
+def dynamo_graphs():
+    from my_device.compiler import dynamo
+    return list(dynamo._compiled)
+
+
+@pytest.mark.parametrize("weight", [0.1, 0.5, 0.9, -0.2])
+def test_lerp_with_a_number_weight_is_fused_arithmetic_with_eager_results(weight):
+    torch.manual_seed(0)
+    a, b = torch.randn(64), torch.randn(64)
+    f = torch.compile(lambda x, y: torch.lerp(x, y, weight) * 2, backend="mydev")
+    got = f(a.to(DEV), b.to(DEV)).cpu()
+    torch.testing.assert_close(got, torch.lerp(a, b, weight) * 2, rtol=1e-6, atol=1e-6)
+    summary = next(line for line in dynamo_graphs()[-1].dump().splitlines() if "steps (" in line)
+    assert " 0 calls" in summary, summary  # one fused kernel, no fill
+
+
+def test_graph_passes_keep_results_and_group_chains():
+    from my_device.compiler.graph_module import cluster_pointwise_chains, fold_scalar_fills
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(p0, p1, g0, g1):
+        # Two parameters' updates interleaved op by op, as a decomposed foreach call traces.
+        d0, d1 = g0 - p0, g1 - p1
+        w0, w1 = torch.full_like(d0, 0.25) * 2, torch.full_like(d1, 0.25) * 2
+        s0, s1 = p1 * 3, p0 * 3  # chain heads reading graph inputs only
+        return (d0 * w0 + p0).sqrt() + s1, (d1 * w1 + p1).exp() + s0
+
+    args = [torch.rand(8, 4), torch.rand(3), torch.rand(8, 4), torch.rand(3)]
+    gm = make_fx(fn)(*args)
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    FakeTensorProp(gm).propagate(*args)
+    expected = gm(*args)
+    gm = cluster_pointwise_chains(fold_scalar_fills(gm))
+    for got, want in zip(gm(*args), expected):
+        torch.testing.assert_close(got, want)
+    ops = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert not any("full_like" in str(n.target) for n in ops)
+    shapes = [tuple(n.meta["val"].shape) for n in ops]
+    # Each shape's ops form one contiguous run.
+    runs = [s for i, s in enumerate(shapes) if i == 0 or shapes[i - 1] != s]
+    assert sorted(runs) == sorted(set(shapes)), shapes
