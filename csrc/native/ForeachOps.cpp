@@ -11,12 +11,13 @@
 //
 // The fast path takes calls whose tensors all sit on one mydev device with one
 // float or double dtype, whose numbers convert to that dtype, and whose every
-// meta() passes with one common dtype. Every other call (empty or unequal
-// lists, mixed dtypes or devices, integer or complex operands, a shape the
-// meta() rejects) goes where it went before: an in-place op to the host kernel
-// (hostkernel/Plan.h, Kind::InPlaceList), which runs the CPU's own composite
-// kernel and so raises the CPU's errors; an out-of-place op to PyTorch's
-// per-tensor composite, each op of which is a mydev op.
+// meta() finds one common dtype; a meta() error (shapes, overlap, a bool
+// subtracted) is the CPU's error for that entry and is raised at the call.
+// Every other call (empty or unequal lists, mixed dtypes or devices, integer,
+// half or complex operands) goes where it went before: an in-place op to the
+// host kernel (hostkernel/Plan.h, Kind::InPlaceList), which runs the CPU's own
+// composite kernel and so gives the CPU's results and errors; an out-of-place
+// op to PyTorch's per-tensor composite, each op of which is a mydev op.
 #include "StructuredKernel.h"
 
 #include <ATen/ops/_foreach_add_native.h>
@@ -44,6 +45,7 @@
 #include <ATen/native/PointwiseOps.h>
 #include <ATen/native/UnaryOps.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ScalarOps.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -93,15 +95,19 @@ std::optional<c10::DeviceIndex> list_device(std::initializer_list<at::TensorList
   return t0.device().index();
 }
 
-// Whether a Scalar handed to a kernel (alpha, weight, value) converts to
-// `dtype` there without raising (Scalar::to<float> refuses finite doubles
-// beyond float's range, and every complex number): the queued kernel would
-// raise it only at the next synchronisation, the CPU at the call.
-bool converts(const at::Scalar& s, at::ScalarType dtype) {
-  if (s.isSymbolic() || s.isComplex()) return false;
-  if (!s.isFloatingPoint() || dtype == at::kDouble) return true;
-  const double v = s.toDouble();
-  return !std::isfinite(v) || std::abs(v) <= std::numeric_limits<float>::max();
+// A number handed to the kernel (alpha, weight, value) is converted to the
+// op's dtype in impl(), which raises for a complex number or a finite double
+// beyond float's range; on the CPU that is the entry's error, after its
+// meta(). Here it is raised at the call, in the same place among the checks,
+// rather than by the queued kernel at the next synchronisation.
+template <class T>
+void check_number(const T&, at::ScalarType) {}
+void check_number(const at::Scalar& s, at::ScalarType dtype) {
+  if (dtype == at::kFloat) {
+    (void)s.to<float>();
+  } else {
+    (void)s.to<double>();
+  }
 }
 
 // `tensor.op_(number)` is `tensor.op_(wrapped_scalar_tensor(number))`, and on
@@ -110,7 +116,14 @@ bool converts(const at::Scalar& s, at::ScalarType dtype) {
 // converted tensor directly. Half and bfloat16 loops read the unconverted
 // number instead, which is one reason the fast path takes float and double only.
 std::optional<at::Tensor> number_as(const at::Scalar& s, at::ScalarType dtype) {
-  if (s.isSymbolic() || s.isComplex() || s.isBoolean()) return std::nullopt;
+  if (s.isSymbolic() || s.isComplex()) return std::nullopt;
+  if (s.isBoolean()) {
+    // Kept a bool, as the CPU's meta() sees it: sub rejects it there; the
+    // others promote it, which the fast path leaves to the host kernel.
+    at::Tensor t = at::detail::scalar_tensor_static(s, at::kBool, at::kCPU);
+    t.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return t;
+  }
   at::Tensor t = at::detail::empty_cpu({}, dtype);
   if (dtype == at::kFloat) {
     *t.data_ptr<float>() = s.isIntegral(false) ? static_cast<float>(s.toLong()) : static_cast<float>(s.toDouble());
@@ -136,21 +149,20 @@ struct ListJob : Pooled<ListJob<Op, Make>> {
   size_t size;
 };
 
-// Builds every entry and runs its meta(); false if the fast path cannot serve
+// Builds every entry and runs its meta(), in list order as the CPU's loop
+// does: an entry's meta() error is the one the CPU raises for that entry, and
+// is raised here, at the call, before anything was queued (where the CPU has
+// already written the entries before it). False if the fast path cannot serve
 // the call (the job is then dropped, outputs included, and nothing was queued).
 template <class Op, class Job, class Make, class Construct>
 bool build(Job& job, Make& make, Construct construct, int64_t& numel) {
-  try {
-    for (size_t i = 0; i < job.size; ++i) {
-      const auto& args = job.args.emplace_back(make(i, job.held));
-      Op& op = construct(job.ops[i], args);
-      std::apply([&](const auto&... a) { op.meta(a...); }, args);
-      if (!uniform_dtype(op)) return false;
-      numel += op.numel();
-    }
-  } catch (const c10::Error&) {
-    // The fallback makes the same call the CPU's way, and raises its error.
-    return false;
+  for (size_t i = 0; i < job.size; ++i) {
+    const auto& args = job.args.emplace_back(make(i, job.held));
+    Op& op = construct(job.ops[i], args);
+    std::apply([&](const auto&... a) { op.meta(a...); }, args);
+    if (!uniform_dtype(op)) return false;
+    std::apply([&](const auto&... a) { (check_number(a, op.common_dtype()), ...); }, args);
+    numel += op.numel();
   }
   return true;
 }
@@ -232,7 +244,7 @@ bool binary_list_(const char* label, at::TensorList self, at::TensorList other) 
 template <class Base>
 bool binary_list_alpha_(const char* label, at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
   const auto device = list_device({self, other});
-  return device && converts(alpha, self[0].scalar_type()) &&
+  return device &&
          in_place_list<Base>(label, *device, self.size(), [&](size_t i, KernelArgs& held) {
            return std::make_tuple(held.share(self[i]), held.share(other[i]), alpha);
          });
@@ -329,16 +341,23 @@ void div_scalar_list_(at::TensorList self, at::ArrayRef<at::Scalar> scalars) {
   if (!binary_scalar_list_<DivOp, false>(kLabel, self, scalars)) in_place_fallback(kLabel, self, scalars);
 }
 
-// A list and one tensor (t.mul_(other)). The CPU requires a 0-dim `other`
-// (its error comes from the fallback); the fast path takes one on the lists'
-// device, of their dtype. (A CPU tensor would have to be read at the launch:
-// that case keeps the host kernel's handling.)
+// A list and one tensor (t.mul_(other)). The fast path takes a 0-dim
+// `other` on the lists' device, of their dtype. (A CPU tensor would have to be
+// read at the launch: that case keeps the host kernel's handling.)
 void mul_tensor_(at::TensorList self, const at::Tensor& other) {
   static constexpr char kLabel[] = "aten::_foreach_mul_.Tensor";
+  if (other.defined() && other.dim() != 0) {
+    // The CPU's composite checks `other` before any per-tensor op: its own
+    // check raises here, at the call (the host kernel would raise it only
+    // from the queued kernel).
+    at::native::foreach_tensor_mul_tensor_kernel_slow_(self, other);
+    return;
+  }
   const auto device = list_device({self});
-  const bool fast = device && other.defined() && other.dim() == 0 && other.device() == self[0].device() &&
+  const bool fast = device && other.defined() && other.device() == self[0].device() &&
                     other.scalar_type() == self[0].scalar_type() && other.layout() == c10::kStrided &&
-                    !other.is_neg() && in_place_list<MulOp>(kLabel, *device, self.size(), [&](size_t i, KernelArgs& held) {
+                    !other.is_neg() &&
+                    in_place_list<MulOp>(kLabel, *device, self.size(), [&](size_t i, KernelArgs& held) {
                       return std::make_tuple(held.share(self[i]), held.share(other));
                     });
   if (!fast) in_place_fallback(kLabel, self, other);
@@ -348,7 +367,7 @@ void mul_tensor_(at::TensorList self, const at::Tensor& other) {
 void lerp_scalar_(at::TensorList self, at::TensorList end, const at::Scalar& weight) {
   static constexpr char kLabel[] = "aten::_foreach_lerp_.Scalar";
   const auto device = list_device({self, end});
-  const bool fast = device && converts(weight, self[0].scalar_type()) &&
+  const bool fast = device &&
                     in_place_list<at::native::structured_lerp_Scalar>(
                         kLabel, *device, self.size(), [&](size_t i, KernelArgs& held) {
                           return std::make_tuple(held.share(self[i]), held.share(end[i]), weight);
@@ -373,9 +392,6 @@ bool pointwise_(const char* label, at::TensorList self, at::TensorList t1, at::T
                 at::ArrayRef<at::Scalar> values, bool per_entry) {
   const auto device = list_device({self, t1, t2}, per_entry ? std::optional<size_t>(values.size()) : std::nullopt);
   if (!device) return false;
-  for (const at::Scalar& v : values) {
-    if (!converts(v, self[0].scalar_type())) return false;
-  }
   return in_place_list<Base>(label, *device, self.size(), [&](size_t i, KernelArgs& held) {
     return std::make_tuple(held.share(self[i]), held.share(t1[i]), held.share(t2[i]), values[per_entry ? i : 0]);
   });
@@ -430,7 +446,7 @@ void neg_(at::TensorList self) {
 std::vector<at::Tensor> add_list(at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
   const auto device = list_device({self, other});
   std::optional<std::vector<at::Tensor>> out;
-  if (device && converts(alpha, self[0].scalar_type())) {
+  if (device) {
     out = functional_list<AddOp>("aten::_foreach_add.List", *device, self.size(), [&](size_t i, KernelArgs& held) {
       return std::make_tuple(held.share(self[i]), held.share(other[i]), alpha);
     });
@@ -441,7 +457,7 @@ std::vector<at::Tensor> add_list(at::TensorList self, at::TensorList other, cons
 std::vector<at::Tensor> sub_list(at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
   const auto device = list_device({self, other});
   std::optional<std::vector<at::Tensor>> out;
-  if (device && converts(alpha, self[0].scalar_type())) {
+  if (device) {
     out = functional_list<SubOp>("aten::_foreach_sub.List", *device, self.size(), [&](size_t i, KernelArgs& held) {
       return std::make_tuple(held.share(self[i]), held.share(other[i]), alpha);
     });
@@ -488,6 +504,10 @@ std::optional<std::vector<at::Tensor>> binary_scalar(const char* label, at::Tens
 std::vector<at::Tensor> add_scalar(at::TensorList self, const at::Scalar& scalar) {
   auto out = binary_scalar<AddOp, true>("aten::_foreach_add.Scalar", self, scalar);
   return out ? std::move(*out) : at::native::foreach_tensor_add_scalar_kernel_slow(self, scalar);
+}
+std::vector<at::Tensor> sub_scalar(at::TensorList self, const at::Scalar& scalar) {
+  auto out = binary_scalar<SubOp, true>("aten::_foreach_sub.Scalar", self, scalar);
+  return out ? std::move(*out) : at::native::foreach_tensor_sub_scalar_kernel_slow(self, scalar);
 }
 std::vector<at::Tensor> mul_scalar(at::TensorList self, const at::Scalar& scalar) {
   auto out = binary_scalar<MulOp, false>("aten::_foreach_mul.Scalar", self, scalar);
@@ -543,6 +563,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_foreach_div.List", TORCH_FN(div_list));
   m.impl("_foreach_maximum.List", TORCH_FN(maximum_list));
   m.impl("_foreach_add.Scalar", TORCH_FN(add_scalar));
+  m.impl("_foreach_sub.Scalar", TORCH_FN(sub_scalar));
   m.impl("_foreach_mul.Scalar", TORCH_FN(mul_scalar));
   m.impl("_foreach_div.Scalar", TORCH_FN(div_scalar));
   m.impl("_foreach_sqrt", TORCH_FN(sqrt));
