@@ -162,8 +162,9 @@ def _assert_same(got, want):
 SHAPES = {
     "small": ((16, 16),) * 4,
     "mixed_shapes": ((16, 16), (16,), (3, 5, 2), ()),
-    # Over the short-kernel limit (kShortKernelElements): handed to the stream's worker.
-    "large": ((64, 64), (64, 64), (100,), (1,)),
+    # Over the short-kernel limit (kShortKernelElements): handed to the stream's worker;
+    # 80 KB tensors are leased, not held, by the queued kernel (KernelArgs.h).
+    "large": ((128, 160), (64, 64), (100,), (1,)),
 }
 
 
@@ -219,15 +220,16 @@ def test_calls_the_fast_path_cannot_serve_take_the_former_paths(name):
         _assert_same(got, want)
 
 
-def test_lists_whose_tensors_alias_run_in_list_order_like_cpu():
+@pytest.mark.parametrize("shape", [(4, 8), (128, 160)], ids=["small", "leased"])
+def test_lists_whose_tensors_alias_run_in_list_order_like_cpu(shape):
     def calls(x, y):
         torch._foreach_mul_([x, x, y], [2.0, 3.0, 0.5])
         torch._foreach_add_([x, y], [y, x])  # y += the x just written
         torch._foreach_lerp_([x[0], x[1]], [x[1], x[0]], 0.25)  # rows of one tensor
         return torch._foreach_add([x, x], [x, y], alpha=2)
 
-    cpu = _lists("cpu", shapes=((4, 8),) * 2)
-    dev = _lists("mydev", shapes=((4, 8),) * 2)
+    cpu = _lists("cpu", shapes=(shape,) * 2)
+    dev = _lists("mydev", shapes=(shape,) * 2)
     want = calls(*cpu)
     got, ops, host_kernel_calls = _run_and_trace(calls, *dev)
     assert host_kernel_calls == 0
@@ -250,6 +252,20 @@ def test_non_contiguous_and_broadcast_operands_like_cpu():
     _assert_same(got, want)
     for g, w in zip(got, want):
         assert g.stride() == w.stride()
+
+
+def test_lists_on_another_device_than_the_current_one():
+    if torch.mydev.device_count() < 2:
+        pytest.skip("needs two mydev devices")
+    cpu = _operands("cpu")
+    dev = _operands("mydev:1")
+    assert torch.mydev.current_device() == 0
+    want = [CALLS["_foreach_addcdiv_.ScalarList"](*cpu), CALLS["_foreach_sqrt"](*cpu)]
+    got = [CALLS["_foreach_addcdiv_.ScalarList"](*dev), CALLS["_foreach_sqrt"](*dev)]
+    assert all(t.device == torch.device("mydev:1") for t in got[1])
+    torch.mydev.synchronize(1)
+    _assert_same(dev[0], cpu[0])
+    _assert_same(got[1], want[1])
 
 
 # -- optimizers ------------------------------------------------------------------------------------
