@@ -347,11 +347,14 @@ def test_errors_are_cpus_and_the_device_still_works(name):
     _assert_same(dev[0], cpu[0])
 
 
-def test_lists_on_two_devices_are_rejected_at_the_call():
-    a, b = _lists("mydev"), _lists("cpu", seed=1)
+@pytest.mark.parametrize("other", ["cpu", "mydev:1"])
+def test_lists_on_two_devices_are_rejected_at_the_call(other):
+    if other == "mydev:1" and torch.mydev.device_count() < 2:
+        pytest.skip("needs two mydev devices")
+    a, b = _lists("mydev"), _lists(other, seed=1)
     for fn in (lambda: torch._foreach_add_(a, b), lambda: torch._foreach_lerp_(a, b, 0.5),
-               lambda: torch._foreach_maximum(a, b)):
-        with pytest.raises(RuntimeError, match="device"):
+               lambda: torch._foreach_maximum(a, b), lambda: torch._foreach_addcdiv_(a, b, b, [1.0] * 4)):
+        with pytest.raises(RuntimeError, match=f"Expected all tensors to be on the same device.*{other}"):
             fn()
     torch.mydev.synchronize()
     before = [t.cpu() for t in a]
