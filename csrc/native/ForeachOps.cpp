@@ -95,19 +95,13 @@ std::optional<c10::DeviceIndex> list_device(std::initializer_list<at::TensorList
   return t0.device().index();
 }
 
-// A number handed to the kernel (alpha, weight, value) is converted to the
-// op's dtype in impl(), which raises for a complex number or a finite double
-// beyond float's range; on the CPU that is the entry's error, after its
-// meta(). Here it is raised at the call, in the same place among the checks,
-// rather than by the queued kernel at the next synchronisation.
+// A number handed to the kernel (alpha, weight, value) is checked at the call
+// (check_number_converts), in the same place among the checks as the CPU's
+// entry raises it, after that entry's meta().
 template <class T>
 void check_number(const T&, at::ScalarType) {}
 void check_number(const at::Scalar& s, at::ScalarType dtype) {
-  if (dtype == at::kFloat) {
-    (void)s.to<float>();
-  } else {
-    (void)s.to<double>();
-  }
+  check_number_converts(s, dtype);
 }
 
 // `tensor.op_(number)` is `tensor.op_(wrapped_scalar_tensor(number))`, and on

@@ -183,6 +183,19 @@ inline c10::IValue ivalue_of(const HeldIntList& value) {
   return value.ivalue();
 }
 
+// A number a loop reads converted to the op's dtype (alpha, weight, value)
+// raises there if it is complex or a finite double beyond float's range: on
+// the CPU when the loop runs, at the call. A queued loop runs later, so the
+// conversion is checked at the call first, with the same error. For float and
+// double ops (the loops of other dtypes read the number otherwise).
+inline void check_number_converts(const at::Scalar& s, at::ScalarType dtype) {
+  if (dtype == at::kFloat) {
+    (void)s.to<float>();
+  } else {
+    (void)s.to<double>();
+  }
+}
+
 template <class... Args>
 torch::jit::Stack run_host_kernel(const char* label, const Args&... args) {
   const c10::OperatorHandle& op = op_named(label);
