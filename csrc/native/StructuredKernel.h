@@ -22,10 +22,12 @@
 #include <ATen/core/op_registration/adaption.h>
 #include <ATen/native/DispatchStub.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "Factory.h"
 #include "hostkernel/HostKernel.h"
@@ -58,25 +60,26 @@ void mirror_cpu_stub(Stub& stub) {
 template <class Base>
 constexpr bool kIterator = std::is_base_of_v<at::TensorIteratorBase, Base>;
 
-// A structured kernel whose output is a new mydev tensor. The output is shared
-// with the caller while the queued kernel runs, so it is a plain Tensor (an
-// ExclusivelyOwned one would be destroyed regardless of the caller's reference).
-template <class Base>
+// A structured kernel whose outputs (N of them: nll_loss_forward has two) are
+// new mydev tensors. Each output is shared with the caller while the queued
+// kernel runs, so it is a plain Tensor (an ExclusivelyOwned one would be
+// destroyed regardless of the caller's reference).
+template <class Base, size_t N = 1>
 struct Functional final : Base {
   void set_output_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                           c10::TensorOptions options) override {
-    output = empty_device(sizes, strides, options);
+    outputs[idx] = empty_device(sizes, strides, options);
     if constexpr (kIterator<Base>) Base::set_output_raw_strided(idx, sizes, strides, options);
   }
   void set_output_raw_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                               c10::TensorOptions options) override {
-    output = empty_device(sizes, strides, options);
+    outputs[idx] = empty_device(sizes, strides, options);
     if constexpr (kIterator<Base>) Base::set_output_raw_strided(idx, sizes, strides, options);
   }
-  const at::Tensor& maybe_get_output(int64_t) override {
-    return output;
+  const at::Tensor& maybe_get_output(int64_t idx) override {
+    return outputs[idx];
   }
-  at::Tensor output;
+  std::array<at::Tensor, N> outputs;
 };
 
 // A structured kernel writing into `self`, with the checks PyTorch's in-place wrappers make.
@@ -171,6 +174,27 @@ class HeldIntList {
   std::optional<std::vector<int64_t>> value_;
 };
 
+// An optional tensor (nll_loss's weight), which structured kernels take as an
+// OptionalTensorRef: a borrow that an undefined tensor must not be given.
+class HeldOptionalTensor {
+ public:
+  explicit HeldOptionalTensor(const std::optional<at::Tensor>& value)
+      : value_(value && value->defined() ? *value : at::Tensor()) {}
+  explicit HeldOptionalTensor(at::Tensor value) : value_(std::move(value)) {}
+  operator at::OptionalTensorRef() const {
+    return value_.defined() ? at::OptionalTensorRef(value_) : at::OptionalTensorRef();
+  }
+  const at::Tensor& tensor() const {
+    return value_;
+  }
+  c10::IValue ivalue() const {
+    return value_.defined() ? c10::IValue(value_) : c10::IValue();
+  }
+
+ private:
+  at::Tensor value_;
+};
+
 template <class T>
 const T& ivalue_of(const T& value) {
   return value;
@@ -179,6 +203,9 @@ inline c10::IValue ivalue_of(const HeldOptionalScalar& value) {
   return value.ivalue();
 }
 inline c10::IValue ivalue_of(const HeldIntList& value) {
+  return value.ivalue();
+}
+inline c10::IValue ivalue_of(const HeldOptionalTensor& value) {
   return value.ivalue();
 }
 
@@ -230,6 +257,12 @@ const T& held_arg(KernelArgs&, bool, const T& value) {
 inline at::Tensor held_arg(KernelArgs& held, bool own, const at::Tensor& t) {
   return own ? held.own(t) : held.share(t);
 }
+inline HeldOptionalTensor held_arg(KernelArgs& held, bool own, const HeldOptionalTensor& t) {
+  return t.tensor().defined() ? HeldOptionalTensor(held_arg(held, own, t.tensor())) : t;
+}
+inline HeldOptionalTensor host_arg(HostCall& call, const HeldOptionalTensor& t) {
+  return HeldOptionalTensor(call.to_host(t.tensor()));
+}
 
 // The device a call's kernel will be launched on: that of its first mydev
 // tensor (meta() rejects calls mixing devices).
@@ -237,54 +270,104 @@ template <class... Args>
 c10::DeviceIndex launch_device(const Args&... args) {
   c10::DeviceIndex device = -1;
   auto visit = [&](const auto& a) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, at::Tensor>) {
-      if (device < 0 && a.defined() && a.device().type() == kMyDev) device = a.device().index();
-    }
+    using A = std::decay_t<decltype(a)>;
+    const at::Tensor* t = nullptr;
+    if constexpr (std::is_same_v<A, at::Tensor>) t = &a;
+    if constexpr (std::is_same_v<A, HeldOptionalTensor>) t = &a.tensor();
+    if (t != nullptr && device < 0 && t->defined() && t->device().type() == kMyDev) device = t->device().index();
   };
   (visit(args), ...);
   return device < 0 ? current_device() : device;
 }
 
-template <class Base, class... Args>
-at::Tensor functional(const char* label, const Args&... args) {
+// Elements a non-TensorIterator kernel touches: its tensor operands' and its
+// outputs' (what bounds the work of a softmax, a reduction, nll_loss, and of a
+// matrix product to about the cube root of its square).
+template <class... Args>
+int64_t operand_elements(const Args&... args) {
+  int64_t n = 0;
+  auto visit = [&](const auto& a) {
+    using A = std::decay_t<decltype(a)>;
+    if constexpr (std::is_same_v<A, at::Tensor>) n += a.defined() ? a.numel() : 0;
+    if constexpr (std::is_same_v<A, HeldOptionalTensor>) n += a.tensor().defined() ? a.tensor().numel() : 0;
+  };
+  (visit(args), ...);
+  return n;
+}
+
+template <size_t N, size_t... I>
+std::array<at::Tensor, N> first_tensors(const torch::jit::Stack& stack, std::index_sequence<I...>) {
+  return {stack[I].toTensor()...};
+}
+
+// What functional<> and functional_tuple<> share: meta() now, impl() queued,
+// the N outputs returned as the caller's own TensorImpls.
+template <class Base, size_t N, class... Args>
+std::array<at::Tensor, N> queue_functional(const char* label, const Args&... args) {
   struct Job : Pooled<Job> {
     Job(c10::DeviceIndex device, const Args&... a) : held(device), args(held_arg(held, !kIterator<Base>, a)...) {}
     KernelArgs held;
     std::tuple<Args...> args;
-    Functional<Base> op;
+    Functional<Base, N> op;
   };
   auto job = std::make_unique<Job>(launch_device(args...), args...);
   std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
-  const c10::DeviceIndex device = job->op.output.device().index();
+  const c10::DeviceIndex device = job->op.outputs[0].device().index();
   if constexpr (kIterator<Base>) {
-    if (!uniform_dtype(job->op)) return run_host_kernel(label, args...)[0].toTensor();
+    if (!uniform_dtype(job->op)) return first_tensors<N>(run_host_kernel(label, args...), std::make_index_sequence<N>());
   }
   TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
                         job->held.device());
-  // The caller gets its own TensorImpl (kernel_handle): outputs are the tensors
-  // most often dropped while their kernel is still queued. The job's is then
-  // pointed at a lease, so that dropping it gives the block back at once.
-  at::Tensor out = kernel_handle(job->op.output);
-  job->held.lease_in_place(job->op.output);
-  // A TensorIterator kernel's impl() over a few thousand elements costs less
-  // than handing it to the worker (kShortKernelElements). The others map their
-  // operands to the host first (HostCall), which costs about as much again.
-  bool short_kernel = false;
-  if constexpr (kIterator<Base>) short_kernel = is_short_kernel(job->op.numel());
+  // The caller gets its own TensorImpls (kernel_handle): outputs are the tensors
+  // most often dropped while their kernel is still queued. The job's are then
+  // pointed at leases, so that dropping them gives the blocks back at once.
+  std::array<at::Tensor, N> out;
+  for (size_t i = 0; i < N; ++i) {
+    out[i] = kernel_handle(job->op.outputs[i]);
+    job->held.lease_in_place(job->op.outputs[i]);
+  }
+  // A kernel over a few thousand elements costs less than handing it to the
+  // worker (kShortKernelElements). A TensorIterator knows its size; the other
+  // kernels are measured by the elements of their operands and outputs.
+  int64_t elements = 0;
+  if constexpr (kIterator<Base>) {
+    elements = job->op.numel();
+  } else {
+    elements = std::apply([](const auto&... a) { return operand_elements(a...); }, job->args) +
+               std::apply([](const auto&... o) { return operand_elements(o...); }, job->op.outputs);
+  }
   launch_async(device, label, [job = std::move(job)] {
     if constexpr (kIterator<Base>) {
       use_kernel_addresses(job->op);
-      std::apply([&](const auto&... a) { job->op.impl(a..., job->op.output); }, job->args);
+      std::apply([&](const auto&... a) {
+        std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->op.outputs);
+      }, job->args);
     } else {
       // Kernels outside TensorIterator call other ops (addmm copies self into
       // its output with copy_). On device tensors those would be launched onto
       // this stream, behind the running kernel; on host aliases they are CPU ops.
-      HostCall call(job->op.output.device().index());
-      std::apply([&](const auto&... a) { job->op.impl(host_arg(call, a)..., call.to_host(job->op.output)); },
-                 job->args);
+      HostCall call(job->held.device());
+      std::apply([&](const auto&... a) {
+        std::apply([&](const auto&... o) { job->op.impl(host_arg(call, a)..., call.to_host(o)...); },
+                   job->op.outputs);
+      }, job->args);
     }
-  }, short_kernel);
+  }, is_short_kernel(elements));
   return out;
+}
+
+// A structured kernel with one output, as a new mydev tensor.
+template <class Base, class... Args>
+at::Tensor functional(const char* label, const Args&... args) {
+  return queue_functional<Base, 1>(label, args...)[0];
+}
+
+// A structured kernel with N outputs (nll_loss_forward: output, total_weight),
+// returned as a tuple.
+template <class Base, size_t N, class... Args>
+auto functional_tuple(const char* label, const Args&... args) {
+  return std::apply([](auto&&... o) { return std::make_tuple(std::move(o)...); },
+                    queue_functional<Base, N>(label, args...));
 }
 
 template <class Base, class... Args>
