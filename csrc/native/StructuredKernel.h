@@ -8,7 +8,7 @@
 // DispatchStub, whose PrivateUse1 slot mirror_cpu_stub fills with the CPU loop.
 // A vendor plugs in device loops by registering theirs in that slot instead.
 // Op families using this: BinaryOps.cpp, UnaryOps.cpp, SoftMax.cpp, LinearAlgebra.cpp,
-// ReduceOps.cpp, TensorCompare.cpp.
+// ReduceOps.cpp, TensorCompare.cpp, LossOps.cpp.
 
 // The wheel's libtorch_cpu is built with these CPU-capability kernels, and the
 // DispatchStub header only declares the matching members when they are defined.
