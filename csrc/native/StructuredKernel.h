@@ -125,13 +125,6 @@ inline bool uniform_dtype(const at::TensorIteratorBase& iter) {
   return true;
 }
 
-template <class T>
-const T& host_arg(HostCall&, const T& value) {
-  return value;
-}
-inline at::Tensor host_arg(HostCall& call, const at::Tensor& t) {
-  return call.to_host(t);
-}
 
 // Runs the op named `label` ("aten::add.Tensor") as a host kernel
 // (HostKernel.cpp) and returns its results: for calls the structured path
@@ -244,24 +237,17 @@ inline void use_kernel_addresses(at::TensorIteratorBase& iter) {
   for (int i = 0; i < iter.ntensors(); ++i) iter.unsafe_replace_operand(i, kernel_address(iter.data_ptr(i)));
 }
 
-// What a queued kernel keeps of an argument (KernelArgs.h). Outside
-// TensorIterator, a tensor under a TensorImpl of its own, so that a caller
-// restriding it after the launch (t_, resize_) does not change what the kernel
-// reads; a TensorIterator records its operands' geometry when it is built, so
-// there the caller's TensorImpl is shared (unless the storage is leased):
-// giving each input its own TensorImpl measured slower than it saves.
+// What a queued TensorIterator kernel keeps of an argument (KernelArgs.h): the
+// caller's TensorImpl (unless the storage is leased), since the iterator
+// recorded its operands' geometry when it was built; giving each input its own
+// TensorImpl measured slower than it saves. (The other kernels keep host
+// aliases made at the call: HostOperands.)
 template <class T>
-const T& held_arg(KernelArgs&, bool, const T& value) {
+const T& held_arg(KernelArgs&, const T& value) {
   return value;
 }
-inline at::Tensor held_arg(KernelArgs& held, bool own, const at::Tensor& t) {
-  return own ? held.own(t) : held.share(t);
-}
-inline HeldOptionalTensor held_arg(KernelArgs& held, bool own, const HeldOptionalTensor& t) {
-  return t.tensor().defined() ? HeldOptionalTensor(held_arg(held, own, t.tensor())) : t;
-}
-inline HeldOptionalTensor host_arg(HostCall& call, const HeldOptionalTensor& t) {
-  return HeldOptionalTensor(call.to_host(t.tensor()));
+inline at::Tensor held_arg(KernelArgs& held, const at::Tensor& t) {
+  return held.share(t);
 }
 
 // The device a call's kernel will be launched on: that of its first mydev
@@ -295,65 +281,146 @@ int64_t operand_elements(const Args&... args) {
   return n;
 }
 
+// The operands of a kernel outside TensorIterator, as CPU tensors over their
+// device bytes (at kernel addresses), made at the call: they record each
+// tensor's geometry as it is now, as a TensorIterator records its operands',
+// so a caller restriding a tensor afterwards (t_, resize_) changes nothing the
+// kernel reads. Making them here rather than on the worker spares the job a
+// TensorImpl of its own per tensor (KernelArgs::own) and the caller's outputs a
+// second one (kernel_handle). Tensors over one device storage share one host
+// storage, and a tensor passed twice is one host tensor, as CPU kernels' alias
+// and overlap checks expect (HostCall::to_host does the same on the worker).
+class HostOperands {
+ public:
+  explicit HostOperands(KernelArgs& held) : held_(held) {}
+
+  at::Tensor alias(const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != kMyDev || t.layout() != c10::kStrided) return held_.own(t);
+    for (const auto& [impl, host] : tensors_) {
+      if (impl == t.unsafeGetTensorImpl()) return host;
+    }
+    const c10::Storage& device_storage = t.storage();
+    const c10::Storage* host_storage = nullptr;
+    for (const auto& [impl, host] : storages_) {
+      if (impl == device_storage.unsafeGetStorageImpl()) host_storage = &host;
+    }
+    if (host_storage == nullptr) {
+      // The job keeps the bytes: a lease, or a reference (KernelArgs::keep).
+      if (c10::Storage kept = held_.keep(device_storage)) kept_.push_back(std::move(kept));
+      storages_.emplace_back(
+          device_storage.unsafeGetStorageImpl(),
+          c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+              c10::StorageImpl::use_byte_size_t(), device_storage.nbytes(),
+              c10::DataPtr(kernel_address(device_storage.unsafeGetStorageImpl()->mutable_data()),
+                           c10::Device(c10::DeviceType::CPU)),
+              /*allocator=*/nullptr, /*resizable=*/false)));
+      host_storage = &storages_.back().second;
+    }
+    auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(*host_storage),
+                                                     c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    impl->_set_conj(t.is_conj());
+    impl->_set_neg(t.is_neg());
+    at::Tensor host(std::move(impl));
+    tensors_.emplace_back(t.unsafeGetTensorImpl(), host);
+    return host;
+  }
+  HeldOptionalTensor alias(const HeldOptionalTensor& t) {
+    return t.tensor().defined() ? HeldOptionalTensor(alias(t.tensor())) : t;
+  }
+  template <class T>
+  const T& alias(const T& value) {
+    return value;
+  }
+
+ private:
+  KernelArgs& held_;
+  c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> tensors_;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
+  c10::SmallVector<c10::Storage, 2> kept_;
+};
+
 template <size_t N, size_t... I>
 std::array<at::Tensor, N> first_tensors(const torch::jit::Stack& stack, std::index_sequence<I...>) {
   return {stack[I].toTensor()...};
 }
 
 // What functional<> and functional_tuple<> share: meta() now, impl() queued,
-// the N outputs returned as the caller's own TensorImpls.
+// the N outputs returned to the caller.
 template <class Base, size_t N, class... Args>
 std::array<at::Tensor, N> queue_functional(const char* label, const Args&... args) {
-  struct Job : Pooled<Job> {
-    Job(c10::DeviceIndex device, const Args&... a) : held(device), args(held_arg(held, !kIterator<Base>, a)...) {}
-    KernelArgs held;
-    std::tuple<Args...> args;
-    Functional<Base, N> op;
-  };
-  auto job = std::make_unique<Job>(launch_device(args...), args...);
-  std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
-  const c10::DeviceIndex device = job->op.outputs[0].device().index();
   if constexpr (kIterator<Base>) {
+    struct Job : Pooled<Job> {
+      Job(c10::DeviceIndex device, const Args&... a) : held(device), args(held_arg(held, a)...) {}
+      KernelArgs held;
+      std::tuple<Args...> args;
+      Functional<Base, N> op;
+    };
+    auto job = std::make_unique<Job>(launch_device(args...), args...);
+    std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
     if (!uniform_dtype(job->op)) return first_tensors<N>(run_host_kernel(label, args...), std::make_index_sequence<N>());
-  }
-  TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
-                        job->held.device());
-  // The caller gets its own TensorImpls (kernel_handle): outputs are the tensors
-  // most often dropped while their kernel is still queued. The job's are then
-  // pointed at leases, so that dropping them gives the blocks back at once.
-  std::array<at::Tensor, N> out;
-  for (size_t i = 0; i < N; ++i) {
-    out[i] = kernel_handle(job->op.outputs[i]);
-    job->held.lease_in_place(job->op.outputs[i]);
-  }
-  // A kernel over a few thousand elements costs less than handing it to the
-  // worker (kShortKernelElements). A TensorIterator knows its size; the other
-  // kernels are measured by the elements of their operands and outputs.
-  int64_t elements = 0;
-  if constexpr (kIterator<Base>) {
-    elements = job->op.numel();
-  } else {
-    elements = std::apply([](const auto&... a) { return operand_elements(a...); }, job->args) +
-               std::apply([](const auto&... o) { return operand_elements(o...); }, job->op.outputs);
-  }
-  launch_async(device, label, [job = std::move(job)] {
-    if constexpr (kIterator<Base>) {
+    const c10::DeviceIndex device = job->op.outputs[0].device().index();
+    TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
+                          job->held.device());
+    // The caller gets its own TensorImpls (kernel_handle): outputs are the tensors
+    // most often dropped while their kernel is still queued. The job's are then
+    // pointed at leases, so that dropping them gives the blocks back at once.
+    std::array<at::Tensor, N> out;
+    for (size_t i = 0; i < N; ++i) {
+      out[i] = kernel_handle(job->op.outputs[i]);
+      job->held.lease_in_place(job->op.outputs[i]);
+    }
+    // A kernel over a few thousand elements costs less than handing it to the
+    // worker (kShortKernelElements).
+    const bool short_kernel = is_short_kernel(job->op.numel());
+    launch_async(device, label, [job = std::move(job)] {
       use_kernel_addresses(job->op);
       std::apply([&](const auto&... a) {
         std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->op.outputs);
       }, job->args);
-    } else {
-      // Kernels outside TensorIterator call other ops (addmm copies self into
-      // its output with copy_). On device tensors those would be launched onto
-      // this stream, behind the running kernel; on host aliases they are CPU ops.
+    }, short_kernel);
+    return out;
+  } else {
+    // meta() runs on the caller's tensors; impl() on host aliases of them and
+    // of the outputs, made now (HostOperands), under a HostCall: kernels
+    // outside TensorIterator call other ops (addmm copies self into its output
+    // with copy_, nll_loss makes its input contiguous), which on host aliases
+    // are CPU ops allocating device memory, not launches behind this kernel.
+    struct Job : Pooled<Job> {
+      explicit Job(c10::DeviceIndex device) : held(device), host(held) {}
+      KernelArgs held;
+      HostOperands host;
+      std::optional<std::tuple<std::decay_t<decltype(host.alias(std::declval<const Args&>()))>...>> args;
+      std::array<at::Tensor, N> outputs;
+      Functional<Base, N> op;
+    };
+    auto job = std::make_unique<Job>(launch_device(args...));
+    job->op.meta(args...);
+    const c10::DeviceIndex device = job->op.outputs[0].device().index();
+    TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
+                          job->held.device());
+    job->args.emplace(job->host.alias(args)...);
+    // The caller's outputs are the device tensors meta() made; the job keeps
+    // their bytes as it keeps its inputs' (a lease, or a reference).
+    std::array<at::Tensor, N> out;
+    for (size_t i = 0; i < N; ++i) {
+      job->outputs[i] = job->host.alias(job->op.outputs[i]);
+      out[i] = std::move(job->op.outputs[i]);
+    }
+    // The elements of its operands and outputs bound such a kernel's work (a
+    // softmax, a reduction, nll_loss; a matrix product's is about the 1.5th
+    // power of theirs): over a few thousand, the hand-off to the worker costs
+    // more than the kernel (kShortKernelElements).
+    const int64_t elements = operand_elements(args...) +
+                             std::apply([](const auto&... o) { return operand_elements(o...); }, out);
+    launch_async(device, label, [job = std::move(job)] {
       HostCall call(job->held.device());
       std::apply([&](const auto&... a) {
-        std::apply([&](const auto&... o) { job->op.impl(host_arg(call, a)..., call.to_host(o)...); },
-                   job->op.outputs);
-      }, job->args);
-    }
-  }, is_short_kernel(elements));
-  return out;
+        std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->outputs);
+      }, *job->args);
+    }, is_short_kernel(elements));
+    return out;
+  }
 }
 
 // A structured kernel with one output, as a new mydev tensor.
@@ -377,7 +444,7 @@ at::Tensor& in_place(const char* label, at::Tensor& self, const Args&... args) {
   static_assert(kIterator<Base>, "in_place: TensorIterator ops only; others go through a HostCall");
   struct Job : Pooled<Job> {
     Job(c10::DeviceIndex device, const at::Tensor& s, const Args&... a)
-        : held(device), self(held.share(s)), args(held_arg(held, false, a)...), op(s) {}
+        : held(device), self(held.share(s)), args(held_arg(held, a)...), op(s) {}
     KernelArgs held;
     at::Tensor self;
     std::tuple<Args...> args;
