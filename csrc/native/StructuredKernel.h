@@ -386,7 +386,9 @@ std::array<at::Tensor, N> queue_functional(const char* label, const Args&... arg
     // outside TensorIterator call other ops (addmm copies self into its output
     // with copy_, nll_loss makes its input contiguous), which on host aliases
     // are CPU ops allocating device memory, not launches behind this kernel.
-    struct Job : Pooled<Job> {
+    // (A few hundred bytes: malloc's per-thread cache serves it faster than
+    // Pooled's locked free list, which is for TensorIterator jobs.)
+    struct Job {
       explicit Job(c10::DeviceIndex device) : held(device), host(held) {}
       KernelArgs held;
       HostOperands host;
@@ -394,6 +396,7 @@ std::array<at::Tensor, N> queue_functional(const char* label, const Args&... arg
       std::array<at::Tensor, N> outputs;
       Functional<Base, N> op;
     };
+    static_assert(sizeof(Job) <= 1024, "larger than malloc's per-thread cache serves: derive Job from Pooled");
     auto job = std::make_unique<Job>(launch_device(args...));
     job->op.meta(args...);
     const c10::DeviceIndex device = job->op.outputs[0].device().index();
