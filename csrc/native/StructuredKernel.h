@@ -125,7 +125,6 @@ inline bool uniform_dtype(const at::TensorIteratorBase& iter) {
   return true;
 }
 
-
 // Runs the op named `label` ("aten::add.Tensor") as a host kernel
 // (HostKernel.cpp) and returns its results: for calls the structured path
 // cannot take. Mixed dtypes: the CPU loops here assume one dtype, while the
@@ -266,9 +265,8 @@ c10::DeviceIndex launch_device(const Args&... args) {
   return device < 0 ? current_device() : device;
 }
 
-// Elements a non-TensorIterator kernel touches: its tensor operands' and its
-// outputs' (what bounds the work of a softmax, a reduction, nll_loss, and of a
-// matrix product to about the cube root of its square).
+// The elements of the tensors among `args` (a kernel's size outside
+// TensorIterator: see queue_functional).
 template <class... Args>
 int64_t operand_elements(const Args&... args) {
   int64_t n = 0;
