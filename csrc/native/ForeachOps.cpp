@@ -198,14 +198,14 @@ std::optional<std::vector<at::Tensor>> functional_list(const char* label, c10::D
   outputs.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     // As structured::functional: the caller's handle, and a lease for the job.
-    outputs.push_back(kernel_handle(job->ops[i]->output));
-    job->held.lease_in_place(job->ops[i]->output);
+    outputs.push_back(kernel_handle(job->ops[i]->outputs[0]));
+    job->held.lease_in_place(job->ops[i]->outputs[0]);
   }
   launch_async(device, label, [job = std::move(job)] {
     for (size_t i = 0; i < job->size; ++i) {
       Functional<Base>& op = *job->ops[i];
       use_kernel_addresses(op);
-      std::apply([&](const auto&... a) { op.impl(a..., op.output); }, job->args[i]);
+      std::apply([&](const auto&... a) { op.impl(a..., op.outputs[0]); }, job->args[i]);
     }
   }, is_short_kernel(numel));
   return outputs;

@@ -8,7 +8,7 @@
 // DispatchStub, whose PrivateUse1 slot mirror_cpu_stub fills with the CPU loop.
 // A vendor plugs in device loops by registering theirs in that slot instead.
 // Op families using this: BinaryOps.cpp, UnaryOps.cpp, SoftMax.cpp, LinearAlgebra.cpp,
-// ReduceOps.cpp, TensorCompare.cpp.
+// ReduceOps.cpp, TensorCompare.cpp, LossOps.cpp.
 
 // The wheel's libtorch_cpu is built with these CPU-capability kernels, and the
 // DispatchStub header only declares the matching members when they are defined.
@@ -22,11 +22,13 @@
 #include <ATen/core/op_registration/adaption.h>
 #include <ATen/native/DispatchStub.h>
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "Factory.h"
 #include "hostkernel/HostKernel.h"
@@ -59,25 +61,26 @@ void mirror_cpu_stub(Stub& stub) {
 template <class Base>
 constexpr bool kIterator = std::is_base_of_v<at::TensorIteratorBase, Base>;
 
-// A structured kernel whose output is a new mydev tensor. The output is shared
-// with the caller while the queued kernel runs, so it is a plain Tensor (an
-// ExclusivelyOwned one would be destroyed regardless of the caller's reference).
-template <class Base>
+// A structured kernel whose outputs (N of them: nll_loss_forward has two) are
+// new mydev tensors. Each output is shared with the caller while the queued
+// kernel runs, so it is a plain Tensor (an ExclusivelyOwned one would be
+// destroyed regardless of the caller's reference).
+template <class Base, size_t N = 1>
 struct Functional final : Base {
   void set_output_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                           c10::TensorOptions options) override {
-    output = empty_device(sizes, strides, options);
+    outputs[idx] = empty_device(sizes, strides, options);
     if constexpr (kIterator<Base>) Base::set_output_raw_strided(idx, sizes, strides, options);
   }
   void set_output_raw_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                               c10::TensorOptions options) override {
-    output = empty_device(sizes, strides, options);
+    outputs[idx] = empty_device(sizes, strides, options);
     if constexpr (kIterator<Base>) Base::set_output_raw_strided(idx, sizes, strides, options);
   }
-  const at::Tensor& maybe_get_output(int64_t) override {
-    return output;
+  const at::Tensor& maybe_get_output(int64_t idx) override {
+    return outputs[idx];
   }
-  at::Tensor output;
+  std::array<at::Tensor, N> outputs;
 };
 
 // A structured kernel writing into `self`, with the checks PyTorch's in-place wrappers make.
@@ -123,14 +126,6 @@ inline bool uniform_dtype(const at::TensorIteratorBase& iter) {
   return true;
 }
 
-template <class T>
-const T& host_arg(HostCall&, const T& value) {
-  return value;
-}
-inline at::Tensor host_arg(HostCall& call, const at::Tensor& t) {
-  return call.to_host(t);
-}
-
 // Runs the op named `label` ("aten::add.Tensor") as a host kernel
 // (HostKernel.cpp) and returns its results: for calls the structured path
 // cannot take. Mixed dtypes: the CPU loops here assume one dtype, while the
@@ -172,6 +167,27 @@ class HeldIntList {
   std::optional<std::vector<int64_t>> value_;
 };
 
+// An optional tensor (nll_loss's weight), which structured kernels take as an
+// OptionalTensorRef: a borrow that an undefined tensor must not be given.
+class HeldOptionalTensor {
+ public:
+  explicit HeldOptionalTensor(const std::optional<at::Tensor>& value)
+      : value_(value && value->defined() ? *value : at::Tensor()) {}
+  explicit HeldOptionalTensor(at::Tensor value) : value_(std::move(value)) {}
+  operator at::OptionalTensorRef() const {
+    return value_.defined() ? at::OptionalTensorRef(value_) : at::OptionalTensorRef();
+  }
+  const at::Tensor& tensor() const {
+    return value_;
+  }
+  c10::IValue ivalue() const {
+    return value_.defined() ? c10::IValue(value_) : c10::IValue();
+  }
+
+ private:
+  at::Tensor value_;
+};
+
 template <class T>
 const T& ivalue_of(const T& value) {
   return value;
@@ -180,6 +196,9 @@ inline c10::IValue ivalue_of(const HeldOptionalScalar& value) {
   return value.ivalue();
 }
 inline c10::IValue ivalue_of(const HeldIntList& value) {
+  return value.ivalue();
+}
+inline c10::IValue ivalue_of(const HeldOptionalTensor& value) {
   return value.ivalue();
 }
 
@@ -231,18 +250,17 @@ inline void use_kernel_addresses(at::TensorIteratorBase& iter) {
   for (int i = 0; i < iter.ntensors(); ++i) iter.unsafe_replace_operand(i, kernel_address(iter.data_ptr(i)));
 }
 
-// What a queued kernel keeps of an argument (KernelArgs.h). Outside
-// TensorIterator, a tensor under a TensorImpl of its own, so that a caller
-// restriding it after the launch (t_, resize_) does not change what the kernel
-// reads; a TensorIterator records its operands' geometry when it is built, so
-// there the caller's TensorImpl is shared (unless the storage is leased):
-// giving each input its own TensorImpl measured slower than it saves.
+// What a queued TensorIterator kernel keeps of an argument (KernelArgs.h): the
+// caller's TensorImpl (unless the storage is leased), since the iterator
+// recorded its operands' geometry when it was built; giving each input its own
+// TensorImpl measured slower than it saves. (The other kernels keep host
+// aliases made at the call: HostOperands.)
 template <class T>
-const T& held_arg(KernelArgs&, bool, const T& value) {
+const T& held_arg(KernelArgs&, const T& value) {
   return value;
 }
-inline at::Tensor held_arg(KernelArgs& held, bool own, const at::Tensor& t) {
-  return own ? held.own(t) : held.share(t);
+inline at::Tensor held_arg(KernelArgs& held, const at::Tensor& t) {
+  return held.share(t);
 }
 
 // The device a call's kernel will be launched on: that of its first mydev
@@ -251,9 +269,11 @@ template <class... Args>
 c10::DeviceIndex launch_device(const Args&... args) {
   c10::DeviceIndex device = -1;
   auto visit = [&](const auto& a) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, at::Tensor>) {
-      if (device < 0 && a.defined() && a.device().type() == kMyDev) device = a.device().index();
-    }
+    using A = std::decay_t<decltype(a)>;
+    const at::Tensor* t = nullptr;
+    if constexpr (std::is_same_v<A, at::Tensor>) t = &a;
+    if constexpr (std::is_same_v<A, HeldOptionalTensor>) t = &a.tensor();
+    if (t != nullptr && device < 0 && t->defined() && t->device().type() == kMyDev) device = t->device().index();
   };
   (visit(args), ...);
   return device < 0 ? current_device() : device;
@@ -274,72 +294,201 @@ bool short_operands(const Args&... args) {
   return (fits(args) && ...);
 }
 
+// The elements of the tensors among `args` (a kernel's size outside
+// TensorIterator: see queue_functional).
+template <class... Args>
+int64_t operand_elements(const Args&... args) {
+  int64_t n = 0;
+  auto visit = [&](const auto& a) {
+    using A = std::decay_t<decltype(a)>;
+    if constexpr (std::is_same_v<A, at::Tensor>) n += a.defined() ? a.numel() : 0;
+    if constexpr (std::is_same_v<A, HeldOptionalTensor>) n += a.tensor().defined() ? a.tensor().numel() : 0;
+  };
+  (visit(args), ...);
+  return n;
+}
+
+// The operands of a kernel outside TensorIterator, as CPU tensors over their
+// device bytes (at kernel addresses), made at the call: they record each
+// tensor's geometry as it is now, as a TensorIterator records its operands',
+// so a caller restriding a tensor afterwards (t_, resize_) changes nothing the
+// kernel reads. Making them here rather than on the worker spares the job a
+// TensorImpl of its own per tensor (KernelArgs::own) and the caller's outputs a
+// second one (kernel_handle). Tensors over one device storage share one host
+// storage, and a tensor passed twice is one host tensor, as CPU kernels' alias
+// and overlap checks expect (HostCall::to_host does the same on the worker).
+class HostOperands {
+ public:
+  explicit HostOperands(KernelArgs& held) : held_(held) {}
+
+  at::Tensor alias(const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != kMyDev || t.layout() != c10::kStrided) return held_.own(t);
+    for (const auto& [impl, host] : tensors_) {
+      if (impl == t.unsafeGetTensorImpl()) return host;
+    }
+    const c10::Storage& device_storage = t.storage();
+    const c10::Storage* host_storage = nullptr;
+    for (const auto& [impl, host] : storages_) {
+      if (impl == device_storage.unsafeGetStorageImpl()) host_storage = &host;
+    }
+    if (host_storage == nullptr) {
+      // The job keeps the bytes: a lease, or a reference (KernelArgs::keep).
+      if (c10::Storage kept = held_.keep(device_storage)) kept_.push_back(std::move(kept));
+      storages_.emplace_back(
+          device_storage.unsafeGetStorageImpl(),
+          c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+              c10::StorageImpl::use_byte_size_t(), device_storage.nbytes(),
+              c10::DataPtr(kernel_address(device_storage.unsafeGetStorageImpl()->mutable_data()),
+                           c10::Device(c10::DeviceType::CPU)),
+              /*allocator=*/nullptr, /*resizable=*/false)));
+      host_storage = &storages_.back().second;
+    }
+    auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(*host_storage),
+                                                     c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    impl->_set_conj(t.is_conj());
+    impl->_set_neg(t.is_neg());
+    at::Tensor host(std::move(impl));
+    tensors_.emplace_back(t.unsafeGetTensorImpl(), host);
+    return host;
+  }
+  HeldOptionalTensor alias(const HeldOptionalTensor& t) {
+    return t.tensor().defined() ? HeldOptionalTensor(alias(t.tensor())) : t;
+  }
+  template <class T>
+  const T& alias(const T& value) {
+    return value;
+  }
+
+ private:
+  KernelArgs& held_;
+  c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> tensors_;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
+  c10::SmallVector<c10::Storage, 2> kept_;
+};
+
+template <size_t N, size_t... I>
+std::array<at::Tensor, N> first_tensors(const torch::jit::Stack& stack, std::index_sequence<I...>) {
+  return {stack[I].toTensor()...};
+}
+
 // A short TensorIterator kernel on an idle stream runs at the call, over the
 // caller's own tensors, as the CPU runs it: no job holding its arguments, no
 // TensorImpl of the kernel's own, no task. Empty if the call must be queued
 // (the caller then builds the job; if the stream stopped being idle after
 // meta() ran here, meta() runs once more there).
-template <class Base, class... Args>
-std::optional<at::Tensor> functional_now(const char* label, const Args&... args) {
+template <class Base, size_t N, class... Args>
+std::optional<std::array<at::Tensor, N>> functional_now(const char* label, const Args&... args) {
   const c10::DeviceIndex device = launch_device(args...);
   if (!short_operands(args...) || !stream_idle(device)) return std::nullopt;
-  Functional<Base> op;
+  Functional<Base, N> op;
   op.meta(args...);
-  if (!uniform_dtype(op)) return run_host_kernel(label, args...)[0].toTensor();
+  if (!uniform_dtype(op)) return first_tensors<N>(run_host_kernel(label, args...), std::make_index_sequence<N>());
   if (!is_short_kernel(op.numel())) return std::nullopt;
-  TORCH_INTERNAL_ASSERT(op.output.device().index() == device, label, ": output on mydev:",
-                        op.output.device().index(), ", inputs on mydev:", device);
+  TORCH_INTERNAL_ASSERT(op.outputs[0].device().index() == device, label, ": output on mydev:",
+                        op.outputs[0].device().index(), ", inputs on mydev:", device);
   const bool ran = launch_if_idle(device, label, [&] {
     use_kernel_addresses(op);
-    op.impl(args..., op.output);
+    std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs);
   });
   if (!ran) return std::nullopt;
-  return std::move(op.output);
+  return std::move(op.outputs);
 }
 
+// What functional<> and functional_tuple<> share: meta() now, impl() queued,
+// the N outputs returned to the caller.
+template <class Base, size_t N, class... Args>
+std::array<at::Tensor, N> queue_functional(const char* label, const Args&... args) {
+  if constexpr (kIterator<Base>) {
+    if (auto out = functional_now<Base, N>(label, args...)) return std::move(*out);
+    struct Job : Pooled<Job> {
+      Job(c10::DeviceIndex device, const Args&... a) : held(device), args(held_arg(held, a)...) {}
+      KernelArgs held;
+      std::tuple<Args...> args;
+      Functional<Base, N> op;
+    };
+    auto job = std::make_unique<Job>(launch_device(args...), args...);
+    std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
+    if (!uniform_dtype(job->op)) return first_tensors<N>(run_host_kernel(label, args...), std::make_index_sequence<N>());
+    const c10::DeviceIndex device = job->op.outputs[0].device().index();
+    TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
+                          job->held.device());
+    // The caller gets its own TensorImpls (kernel_handle): outputs are the tensors
+    // most often dropped while their kernel is still queued. The job's are then
+    // pointed at leases, so that dropping them gives the blocks back at once.
+    std::array<at::Tensor, N> out;
+    for (size_t i = 0; i < N; ++i) {
+      out[i] = kernel_handle(job->op.outputs[i]);
+      job->held.lease_in_place(job->op.outputs[i]);
+    }
+    // A kernel over a few thousand elements costs less than handing it to the
+    // worker (kShortKernelElements).
+    const bool short_kernel = is_short_kernel(job->op.numel());
+    launch_async(device, label, [job = std::move(job)] {
+      use_kernel_addresses(job->op);
+      std::apply([&](const auto&... a) {
+        std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->op.outputs);
+      }, job->args);
+    }, short_kernel);
+    return out;
+  } else {
+    // meta() runs on the caller's tensors; impl() on host aliases of them and
+    // of the outputs, made now (HostOperands), under a HostCall: kernels
+    // outside TensorIterator call other ops (addmm copies self into its output
+    // with copy_, nll_loss makes its input contiguous), which on host aliases
+    // are CPU ops allocating device memory, not launches behind this kernel.
+    // (A few hundred bytes: malloc's per-thread cache serves it faster than
+    // Pooled's locked free list, which is for TensorIterator jobs.)
+    struct Job {
+      explicit Job(c10::DeviceIndex device) : held(device), host(held) {}
+      KernelArgs held;
+      HostOperands host;
+      std::optional<std::tuple<std::decay_t<decltype(host.alias(std::declval<const Args&>()))>...>> args;
+      std::array<at::Tensor, N> outputs;
+      Functional<Base, N> op;
+    };
+    static_assert(sizeof(Job) <= 1024, "larger than malloc's per-thread cache serves: derive Job from Pooled");
+    auto job = std::make_unique<Job>(launch_device(args...));
+    job->op.meta(args...);
+    const c10::DeviceIndex device = job->op.outputs[0].device().index();
+    TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
+                          job->held.device());
+    job->args.emplace(job->host.alias(args)...);
+    // The caller's outputs are the device tensors meta() made; the job keeps
+    // their bytes as it keeps its inputs' (a lease, or a reference).
+    std::array<at::Tensor, N> out;
+    for (size_t i = 0; i < N; ++i) {
+      job->outputs[i] = job->host.alias(job->op.outputs[i]);
+      out[i] = std::move(job->op.outputs[i]);
+    }
+    // The elements of its operands and outputs bound such a kernel's work (a
+    // softmax, a reduction, nll_loss; a matrix product's is about the 1.5th
+    // power of theirs): over a few thousand, the hand-off to the worker costs
+    // more than the kernel (kShortKernelElements).
+    const int64_t elements = operand_elements(args...) +
+                             std::apply([](const auto&... o) { return operand_elements(o...); }, out);
+    launch_async(device, label, [job = std::move(job)] {
+      HostCall call(job->held.device());
+      std::apply([&](const auto&... a) {
+        std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->outputs);
+      }, *job->args);
+    }, is_short_kernel(elements));
+    return out;
+  }
+}
+
+// A structured kernel with one output, as a new mydev tensor.
 template <class Base, class... Args>
 at::Tensor functional(const char* label, const Args&... args) {
-  if constexpr (kIterator<Base>) {
-    if (auto out = functional_now<Base>(label, args...)) return std::move(*out);
-  }
-  struct Job : Pooled<Job> {
-    Job(c10::DeviceIndex device, const Args&... a) : held(device), args(held_arg(held, !kIterator<Base>, a)...) {}
-    KernelArgs held;
-    std::tuple<Args...> args;
-    Functional<Base> op;
-  };
-  auto job = std::make_unique<Job>(launch_device(args...), args...);
-  std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
-  const c10::DeviceIndex device = job->op.output.device().index();
-  if constexpr (kIterator<Base>) {
-    if (!uniform_dtype(job->op)) return run_host_kernel(label, args...)[0].toTensor();
-  }
-  TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
-                        job->held.device());
-  // The caller gets its own TensorImpl (kernel_handle): outputs are the tensors
-  // most often dropped while their kernel is still queued. The job's is then
-  // pointed at a lease, so that dropping it gives the block back at once.
-  at::Tensor out = kernel_handle(job->op.output);
-  job->held.lease_in_place(job->op.output);
-  // A TensorIterator kernel's impl() over a few thousand elements costs less
-  // than handing it to the worker (kShortKernelElements). The others map their
-  // operands to the host first (HostCall), which costs about as much again.
-  bool short_kernel = false;
-  if constexpr (kIterator<Base>) short_kernel = is_short_kernel(job->op.numel());
-  launch_async(device, label, [job = std::move(job)] {
-    if constexpr (kIterator<Base>) {
-      use_kernel_addresses(job->op);
-      std::apply([&](const auto&... a) { job->op.impl(a..., job->op.output); }, job->args);
-    } else {
-      // Kernels outside TensorIterator call other ops (addmm copies self into
-      // its output with copy_). On device tensors those would be launched onto
-      // this stream, behind the running kernel; on host aliases they are CPU ops.
-      HostCall call(job->op.output.device().index());
-      std::apply([&](const auto&... a) { job->op.impl(host_arg(call, a)..., call.to_host(job->op.output)); },
-                 job->args);
-    }
-  }, short_kernel);
-  return out;
+  return queue_functional<Base, 1>(label, args...)[0];
+}
+
+// A structured kernel with N outputs (nll_loss_forward: output, total_weight),
+// returned as a tuple.
+template <class Base, size_t N, class... Args>
+auto functional_tuple(const char* label, const Args&... args) {
+  return std::apply([](auto&&... o) { return std::make_tuple(std::move(o)...); },
+                    queue_functional<Base, N>(label, args...));
 }
 
 // in_place's counterpart of functional_now: true if the call is done.
@@ -367,7 +516,7 @@ at::Tensor& in_place(const char* label, at::Tensor& self, const Args&... args) {
   if (in_place_now<Base>(label, self, args...)) return self;
   struct Job : Pooled<Job> {
     Job(c10::DeviceIndex device, const at::Tensor& s, const Args&... a)
-        : held(device), self(held.share(s)), args(held_arg(held, false, a)...), op(s) {}
+        : held(device), self(held.share(s)), args(held_arg(held, a)...), op(s) {}
     KernelArgs held;
     at::Tensor self;
     std::tuple<Args...> args;
