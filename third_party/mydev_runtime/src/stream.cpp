@@ -312,8 +312,12 @@ void nameWorkerThread(const S& s) {
 // "on" its stream's device as a kernel would.
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int device) : saved_(currentDevice()) { setCurrentDevice(device); }
-  ~DeviceGuard() { setCurrentDevice(saved_); }
+  explicit DeviceGuard(int device) : saved_(currentDevice()) {
+    if (saved_ != device) setCurrentDevice(device);
+  }
+  ~DeviceGuard() {
+    if (currentDevice() != saved_) setCurrentDevice(saved_);
+  }
 
  private:
   int saved_;
@@ -1040,12 +1044,16 @@ mydevError_t mydevStreamSynchronize(mydevStream_t stream) {
 
 mydevError_t mydevStreamQuery(mydevStream_t stream) {
   if (mydevError_t e = ensureInitialized()) return e;
-  std::shared_ptr<S> s;
-  if (mydevError_t e = resolveStream(stream, &s)) return e;
+  // As launch(): a default stream is read without taking a reference.
+  std::shared_ptr<S> user;
+  if (stream) {
+    if (mydevError_t e = resolveStream(stream, &user)) return e;
+  }
+  const S& s = stream ? *user : *table().defaults[static_cast<size_t>(currentDevice())];
   // completed is read first: both only grow, so this never reports a stream
   // idle while something enqueued before the call is unfinished.
-  uint64_t done = s->completed.load(std::memory_order_acquire);
-  uint64_t queued = s->enqueued.load(std::memory_order_acquire);
+  uint64_t done = s.completed.load(std::memory_order_acquire);
+  uint64_t queued = s.enqueued.load(std::memory_order_acquire);
   return done < queued ? mydevErrorNotReady : mydevSuccess;
 }
 
