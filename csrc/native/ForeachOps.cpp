@@ -58,16 +58,11 @@ namespace {
 
 using namespace structured;
 
+// The per-tensor kernels' stubs are mirrored where their single-tensor ops
+// live (BinaryOps.cpp, PointwiseOps.cpp, UnaryOps.cpp); these two have no
+// single-tensor kernel of their own here.
 const bool g_stubs_mirrored = [] {
-  mirror_cpu_stub(at::native::add_stub);
-  mirror_cpu_stub(at::native::mul_stub);
-  mirror_cpu_stub(at::native::div_true_stub);
   mirror_cpu_stub(at::native::maximum_stub);
-  mirror_cpu_stub(at::native::lerp_kernel_scalar_weight);
-  mirror_cpu_stub(at::native::lerp_kernel_tensor_weight);
-  mirror_cpu_stub(at::native::addcmul_stub);
-  mirror_cpu_stub(at::native::addcdiv_stub);
-  mirror_cpu_stub(at::native::sqrt_stub);
   mirror_cpu_stub(at::native::neg_stub);
   return true;
 }();

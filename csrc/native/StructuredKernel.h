@@ -334,21 +334,11 @@ class HostOperands {
     if (host_storage == nullptr) {
       // The job keeps the bytes: a lease, or a reference (KernelArgs::keep).
       if (c10::Storage kept = held_.keep(device_storage)) kept_.push_back(std::move(kept));
-      storages_.emplace_back(
-          device_storage.unsafeGetStorageImpl(),
-          c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-              c10::StorageImpl::use_byte_size_t(), device_storage.nbytes(),
-              c10::DataPtr(kernel_address(device_storage.unsafeGetStorageImpl()->mutable_data()),
-                           c10::Device(c10::DeviceType::CPU)),
-              /*allocator=*/nullptr, /*resizable=*/false)));
+      storages_.emplace_back(device_storage.unsafeGetStorageImpl(),
+                             host_storage_over(device_storage.unsafeGetStorageImpl(), nullptr, false));
       host_storage = &storages_.back().second;
     }
-    auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(*host_storage),
-                                                     c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-    impl->_set_conj(t.is_conj());
-    impl->_set_neg(t.is_neg());
-    at::Tensor host(std::move(impl));
+    at::Tensor host = host_tensor_like(t, *host_storage);
     tensors_.emplace_back(t.unsafeGetTensorImpl(), host);
     return host;
   }

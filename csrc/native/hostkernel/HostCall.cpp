@@ -115,21 +115,27 @@ at::Tensor HostCall::to_host(const at::Tensor& t) {
   if (host_storage == nullptr) {
     // Resizable through the redirecting allocator, so a CPU kernel that grows
     // an out= tensor gets device memory that write_back() moves over.
-    storages_.push_back({device_storage,
-                         c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-                             c10::StorageImpl::use_byte_size_t(), device_storage->nbytes(),
-                             c10::DataPtr(kernel_address(device_storage->mutable_data()), c10::Device(kCPU)),
-                             redirecting_allocator(), /*resizable=*/true))});
+    storages_.push_back({device_storage, host_storage_over(device_storage, redirecting_allocator(), true)});
     host_storage = &storages_.back().host;
   }
-  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(*host_storage),
-                                                   c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  at::Tensor host = host_tensor_like(t, *host_storage);
+  tensors_.push_back({host, t});
+  return host;
+}
+
+c10::Storage host_storage_over(c10::StorageImpl* device_storage, c10::Allocator* allocator, bool resizable) {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), device_storage->nbytes(),
+      c10::DataPtr(kernel_address(device_storage->mutable_data()), c10::Device(kCPU)), allocator, resizable));
+}
+
+at::Tensor host_tensor_like(const at::Tensor& t, const c10::Storage& host) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(host), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                   t.dtype());
   impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   impl->_set_conj(t.is_conj());
   impl->_set_neg(t.is_neg());
-  at::Tensor host(std::move(impl));
-  tensors_.push_back({host, t});
-  return host;
+  return at::Tensor(std::move(impl));
 }
 
 std::optional<at::Tensor> HostCall::to_host(const std::optional<at::Tensor>& t) {

@@ -119,6 +119,11 @@ void for_each_tensor(const c10::IValue& v, F&& f) {
   }
 }
 
+// A CPU storage over a device storage's bytes, reached at their kernel address.
+c10::Storage host_storage_over(c10::StorageImpl* device_storage, c10::Allocator* allocator, bool resizable);
+// A CPU tensor over `host` with `t`'s geometry and conj/neg bits: the host view of a device tensor.
+at::Tensor host_tensor_like(const at::Tensor& t, const c10::Storage& host);
+
 // Whether an argument is a Generator or a Generator?.
 bool is_optional_generator(const c10::Argument& arg);
 // A mydev Generator argument, or None for a Generator? one, replaced by a CPU
