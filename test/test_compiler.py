@@ -555,7 +555,7 @@ def test_compiled_optimizer_fuses_each_parameters_update(make_opt):
     # each parameter's chain is contiguous (graph_module.cluster_pointwise_chains): the update
     # is fused kernels only, not one generic call per list op.
     opt = _train_with_compiled_step(make_opt)
-    updates = [g for g in dynamo_graphs() if "inference" in g.name]
+    updates = [g for g in mc.last_graphs(16) if "inference" in g.name]
     assert updates, "the optimizer step was not compiled"
     text = updates[-1].dump()
     assert "_foreach_" not in text.split("# ")[-1]  # no step calls a list op
@@ -565,11 +565,6 @@ def test_compiled_optimizer_fuses_each_parameters_update(make_opt):
     assert " 0 calls" in summary and kernels <= 2 * n_params, summary
 
 
-def dynamo_graphs():
-    from my_device.compiler import dynamo
-    return list(dynamo._compiled)
-
-
 @pytest.mark.parametrize("weight", [0.1, 0.5, 0.9, -0.2])
 def test_lerp_with_a_number_weight_is_fused_arithmetic_with_eager_results(weight):
     torch.manual_seed(0)
@@ -577,7 +572,7 @@ def test_lerp_with_a_number_weight_is_fused_arithmetic_with_eager_results(weight
     f = torch.compile(lambda x, y: torch.lerp(x, y, weight) * 2, backend="mydev")
     got = f(a.to(DEV), b.to(DEV)).cpu()
     torch.testing.assert_close(got, torch.lerp(a, b, weight) * 2, rtol=1e-6, atol=1e-6)
-    summary = next(line for line in dynamo_graphs()[-1].dump().splitlines() if "steps (" in line)
+    summary = next(line for line in mc.last_graphs(1)[-1].dump().splitlines() if "steps (" in line)
     assert " 0 calls" in summary, summary  # one fused kernel, no fill
 
 

@@ -74,13 +74,14 @@ def _per_tensor(packet, schema):
         n = len(args[lists[0]]) if lists[0] < len(args) else len(kwargs[schema.arguments[lists[0]].name])
         out = []
         for i in range(n):
-            a, kw = [], {}
+            a, kw = [], {k: (v[i] if k in names else v) for k, v in kwargs.items()}
             for k, x in enumerate(args):
-                name = schema.arguments[k].name
+                name, value = schema.arguments[k].name, (x[i] if k in lists else x)
                 # addcmul's and addcdiv's `value`, add's and sub's `alpha` are keyword-only there.
-                (kw.__setitem__(name, x[i] if k in lists else x) if name in _KEYWORD_ONLY
-                 else a.append(x[i] if k in lists else x))
-            kw.update({k: (v[i] if k in names else v) for k, v in kwargs.items()})
+                if name in _KEYWORD_ONLY:
+                    kw[name] = value
+                else:
+                    a.append(value)
             out.append(packet(*a, **kw))
         return out
 
@@ -100,7 +101,7 @@ def _foreach_decompositions():
             # and only those whose per-tensor form is the plain op: a `Tensor scalars` argument
             # (one value per tensor, in a tensor) would need host reads.
             types = [str(a.type) for a in schema.arguments]
-            if name.endswith("out") or schema.is_mutable or "Tensor" in types and base in ("addcmul", "addcdiv"):
+            if name.endswith("out") or schema.is_mutable or ("Tensor" in types and base in ("addcmul", "addcdiv")):
                 continue
             if not any(t in ("List[Tensor]", "List[number]") for t in types):
                 continue
