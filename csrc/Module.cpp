@@ -171,6 +171,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     py::gil_scoped_release no_gil;  // it waits for streams with cached memory, as a synchronisation does
     empty_cache();
   });
+  // torch.mydev.caching_allocator_alloc/_delete: a block of the caching
+  // allocator handed out as a bare address, as torch.cuda's are.
+  m.def("_raw_alloc", [](size_t nbytes, int device) {
+    c10::DataPtr data = allocate_on(static_cast<c10::DeviceIndex>(device), nbytes);
+    return reinterpret_cast<uintptr_t>(data.release_context());  // owned by the caller now
+  });
+  m.def("_raw_delete", [](uintptr_t address) {
+    void* ptr = reinterpret_cast<void*>(address);
+    TORCH_CHECK(is_device_pointer(ptr), "invalid device pointer: ", ptr);
+    free_device_pointer(ptr);
+  });
   m.def("_reset_peak_memory_stats", [](int device) { reset_peak_memory_stats(static_cast<c10::DeviceIndex>(device)); });
   m.def("_reset_accumulated_memory_stats",
         [](int device) { reset_accumulated_memory_stats(static_cast<c10::DeviceIndex>(device)); });

@@ -81,6 +81,44 @@ def test_cache_reuse_returns_the_same_memory():
     assert torch.mydev.memory_reserved(1) == reserved
 
 
+def test_a_free_returns_the_block_to_its_own_device():
+    # Each device's DataPtrs carry a deleter of that device (Allocator.cpp):
+    # whichever device is current, and whether the tensor or a raw-allocated
+    # block is freed, the bytes go back to the device they came from.
+    base = [torch.mydev.memory_allocated(d) for d in (0, 1)]
+    x = torch.ones(1000, device="mydev:1")
+    y = torch.ones(1000, device="mydev:0")
+    assert [torch.mydev.memory_allocated(d) - base[d] for d in (0, 1)] == [4096, 4096]
+    with torch.mydev.device(0):
+        del x
+    assert [torch.mydev.memory_allocated(d) - base[d] for d in (0, 1)] == [4096, 0]
+    with torch.mydev.device(1):
+        del y
+        raw = torch.mydev.caching_allocator_alloc(512, device=0)
+    assert [torch.mydev.memory_allocated(d) - base[d] for d in (0, 1)] == [512, 0]
+    with torch.mydev.device(1):
+        torch.mydev.caching_allocator_delete(raw)
+    assert [torch.mydev.memory_allocated(d) - base[d] for d in (0, 1)] == [0, 0]
+    z = torch.ones(3, device="mydev:1") + 1  # both devices still allocate and compute
+    assert torch.equal(z.cpu(), torch.full((3,), 2.0))
+
+
+def test_caching_allocator_alloc_and_delete():
+    base = torch.mydev.memory_allocated(0)
+    side = torch.mydev.Stream()
+    ptr = torch.mydev.caching_allocator_alloc(1000, device=0, stream=side)
+    assert ptr != 0 and torch.mydev.memory_allocated(0) - base == 1024
+    with pytest.raises(RuntimeError, match="invalid device pointer"):
+        torch.mydev.caching_allocator_delete(ptr + 8)  # not the start of a block: nothing is freed
+    assert torch.mydev.memory_allocated(0) - base == 1024
+    with pytest.raises(TypeError, match="stream"):
+        torch.mydev.caching_allocator_alloc(16, stream=3)
+    torch.mydev.caching_allocator_delete(ptr)
+    assert torch.mydev.memory_allocated(0) == base
+    x = torch.arange(4.0, device="mydev") * 2
+    assert torch.equal(x.cpu(), torch.arange(4.0) * 2)
+
+
 def test_memory_summary_and_accelerator_api():
     x = torch.empty(MiB, dtype=torch.uint8, device="mydev")
     summary = torch.mydev.memory_summary()

@@ -133,6 +133,7 @@ class DeviceCache {
     if (!pending_.empty()) process_events();
     Block* block = take_binned(stream, size);
     if (block == nullptr) block = carve(size, small, stream, nbytes, context, lock);
+    live_.emplace(block->ptr, block);
     block->allocated = true;
     block->requested = nbytes;
     trace(TraceEntry::Action::Alloc, device_, block->ptr, block->size, stream, context);
@@ -180,8 +181,41 @@ class DeviceCache {
     return block;
   }
 
-  void free(Block* block, StackContext context) {
+  // Frees the live block at `ptr`, if this device has one, and returns its
+  // size (-1 if it has none).
+  int64_t free(void* ptr, StackContext& context) {
     std::unique_lock<std::mutex> lock(mutex_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return -1;
+    Block* block = it->second;
+    live_.erase(it);
+    const auto size = static_cast<int64_t>(block->size);
+    free_locked(block, std::move(context), lock);  // `block` may be merged away
+    return size;
+  }
+
+  Block* live_block(void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(ptr);
+    return it == live_.end() ? nullptr : it->second;
+  }
+
+  // The live block whose bytes include `ptr`: a storage imported through DLPack
+  // (core/DLPack.cpp) starts where the exported view started, inside the block
+  // of the producer's storage. A scan, for that rare case only.
+  Block* live_block_containing(void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(ptr);
+    if (it != live_.end()) return it->second;
+    const auto address = reinterpret_cast<uintptr_t>(ptr);
+    for (const auto& [start, block] : live_) {
+      const auto begin = reinterpret_cast<uintptr_t>(start);
+      if (address >= begin && address < begin + block->size) return block;
+    }
+    return nullptr;
+  }
+
+  void free_locked(Block* block, StackContext context, std::unique_lock<std::mutex>& lock) {
     trace(TraceEntry::Action::FreeRequested, device_, block->ptr, block->size, block->stream, std::move(context));
     update(stats_.allocation, block->small, -1);
     update(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
@@ -552,6 +586,12 @@ class DeviceCache {
 
   const c10::DeviceIndex device_;
   std::mutex mutex_;
+  // The allocated blocks by address. Device DataPtrs are "simple" (context ==
+  // pointer) because CPU libraries that host kernels call, oneDNN among them,
+  // allocate through the CPU allocator's raw_allocate/raw_deleter, which
+  // require it: a block is found by its address. Open addressing: no heap
+  // allocation per entry.
+  ska::flat_hash_map<void*, Block*> live_;
   Pool small_, large_;
   std::set<Block*, std::less<>> segments_;  // the first block of each segment the runtime gave
   std::vector<std::pair<Block*, std::vector<mydevEvent_t>>> pending_;
@@ -563,16 +603,17 @@ class DeviceCache {
 };
 
 DeviceCache& cache_for(c10::DeviceIndex device) {
-  // Sized once: the device count never changes within a process.
-  static std::vector<std::unique_ptr<DeviceCache>> caches = [] {
+  // Made once: the device count never changes within a process. Every
+  // allocation and free looks its device up here.
+  static const std::vector<std::unique_ptr<DeviceCache>> caches = [] {
     std::vector<std::unique_ptr<DeviceCache>> v;
     for (auto i : c10::irange(device_count())) {
       v.emplace_back(std::make_unique<DeviceCache>(static_cast<c10::DeviceIndex>(i)));
     }
     return v;
   }();
-  check_device_index(device);
-  return *caches[device];
+  if (C10_UNLIKELY(device < 0 || static_cast<size_t>(device) >= caches.size())) check_device_index(device);
+  return *caches[static_cast<size_t>(device)];
 }
 
 // torch.profiler(profile_memory=True): each allocation and free, with the
@@ -597,46 +638,47 @@ void report_memory(void* ptr, int64_t delta, c10::DeviceIndex device) {
   if (c10::memoryProfilingEnabled()) report_to_profiler(ptr, delta, device);
 }
 
-// Device DataPtrs are "simple" (context == pointer) because CPU libraries that
-// host kernels call, oneDNN among them, allocate through the CPU allocator's
-// raw_allocate/raw_deleter, which require it. The block is found by address.
-std::mutex g_live_mutex;
-ska::flat_hash_map<void*, Block*> g_live;  // open addressing: no allocation per entry
+constexpr size_t kMaxDevices = 64;  // the runtime's limit (MYDEV_DEVICE_COUNT)
 
-Block* live_block(void* ptr) {
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  auto it = g_live.find(ptr);
-  return it == g_live.end() ? nullptr : it->second;
+// A freed DataPtr names its device through its deleter, one per device, so
+// that a free takes only that device's lock. A raw free (raw_deleter, a
+// kernel's scratch block) knows only the address and asks each device.
+void free_on_device(c10::DeviceIndex device, void* ptr) {
+  StackContext context = gather_free_context();  // before any lock: it may take the GIL
+  const int64_t size = cache_for(device).free(ptr, context);
+  TORCH_INTERNAL_ASSERT(size >= 0, "mydev allocator: freeing unknown pointer ", ptr, " on mydev:", device);
+  report_memory(ptr, -size, device);
 }
 
-// The live block whose bytes include `ptr`: a storage imported through DLPack
-// (core/DLPack.cpp) starts where the exported view started, inside the block
-// of the producer's storage. A scan, for that rare case only.
-Block* live_block_containing(void* ptr) {
-  if (Block* block = live_block(ptr)) return block;
-  const auto address = reinterpret_cast<uintptr_t>(ptr);
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  for (const auto& [start, block] : g_live) {
-    const auto begin = reinterpret_cast<uintptr_t>(start);
-    if (address >= begin && address < begin + block->size) return block;
-  }
-  return nullptr;
+template <size_t D>
+void free_on(void* ptr) {
+  free_on_device(static_cast<c10::DeviceIndex>(D), ptr);
 }
+
+template <size_t... D>
+constexpr std::array<c10::DeleterFnPtr, sizeof...(D)> free_fns(std::index_sequence<D...>) {
+  return {&free_on<D>...};
+}
+constexpr std::array<c10::DeleterFnPtr, kMaxDevices> kFreeOn = free_fns(std::make_index_sequence<kMaxDevices>());
 
 void free_block(void* ptr) {
-  StackContext context = gather_free_context();  // before any lock: it may take the GIL
-  Block* block = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_live_mutex);
-    auto it = g_live.find(ptr);
-    TORCH_INTERNAL_ASSERT(it != g_live.end(), "mydev allocator: freeing unknown pointer ", ptr);
-    block = it->second;
-    g_live.erase(it);
+  StackContext context = gather_free_context();
+  for (auto i : c10::irange(device_count())) {
+    const auto device = static_cast<c10::DeviceIndex>(i);
+    const int64_t size = cache_for(device).free(ptr, context);
+    if (size >= 0) {
+      report_memory(ptr, -size, device);
+      return;
+    }
   }
-  const c10::DeviceIndex device = block->device;
-  const int64_t size = static_cast<int64_t>(block->size);
-  cache_for(device).free(block, std::move(context));  // `block` may be merged away
-  report_memory(ptr, -size, device);
+  TORCH_INTERNAL_ASSERT(false, "mydev allocator: freeing unknown pointer ", ptr);
+}
+
+Block* live_block(void* ptr) {
+  for (auto i : c10::irange(device_count())) {
+    if (Block* block = cache_for(static_cast<c10::DeviceIndex>(i)).live_block(ptr)) return block;
+  }
+  return nullptr;
 }
 
 void free_kernel_block(void* kernel_ptr) {
@@ -715,13 +757,9 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   StackContext context = gather_alloc_context();  // before any lock: it may take the GIL
   Block* block = cache_for(device).allocate(nbytes, in_kernel() ? kScratch : current_stream_handle(device),
                                             std::move(context));
-  {
-    std::lock_guard<std::mutex> lock(g_live_mutex);
-    g_live.emplace(block->ptr, block);
-  }
   // The block's size, as CUDA's allocator reports (and frees) it.
   report_memory(block->ptr, static_cast<int64_t>(block->size), device);
-  return {block->ptr, block->ptr, &free_block, where};
+  return {block->ptr, block->ptr, kFreeOn[device], where};
 }
 
 c10::DataPtr allocate_for_kernel(c10::DeviceIndex device, size_t nbytes) {
@@ -739,7 +777,7 @@ bool is_kernel_data_ptr(const c10::DataPtr& data_ptr) {
 c10::DataPtr to_device_data_ptr(c10::DataPtr&& kernel_data, c10::DeviceIndex device) {
   TORCH_INTERNAL_ASSERT(is_kernel_data_ptr(kernel_data));
   void* ptr = mydevDeviceAddress(kernel_data.release_context());
-  return {ptr, ptr, &free_block, c10::Device(kMyDev, device)};
+  return {ptr, ptr, kFreeOn[device], c10::Device(kMyDev, device)};
 }
 
 c10::DeviceAllocator* device_allocator() {
@@ -747,7 +785,8 @@ c10::DeviceAllocator* device_allocator() {
 }
 
 bool is_device_data_ptr(const c10::DataPtr& data_ptr) {
-  return data_ptr.get_deleter() == &free_block;
+  const c10::DeleterFnPtr deleter = data_ptr.get_deleter();
+  return deleter == &free_block || std::find(kFreeOn.begin(), kFreeOn.end(), deleter) != kFreeOn.end();
 }
 
 uint64_t free_clock(c10::DeviceIndex device) {
@@ -755,8 +794,8 @@ uint64_t free_clock(c10::DeviceIndex device) {
 }
 
 bool allocated_for_stream(const c10::DataPtr& data_ptr, c10::DeviceIndex device, mydevStream_t stream) {
-  if (!is_device_data_ptr(data_ptr)) return false;
-  const Block* block = live_block(data_ptr.get());
+  if (data_ptr.get_deleter() != kFreeOn[device] && data_ptr.get_deleter() != &free_block) return false;
+  const Block* block = cache_for(device).live_block(data_ptr.get());
   // A segment's blocks all belong to its stream, for as long as it exists.
   return block != nullptr && block->device == device && block->stream == stream;
 }
@@ -808,7 +847,10 @@ std::vector<SegmentSnapshot> memory_snapshot() {
 
 void record_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream) {
   if (data_ptr.get() == nullptr) return;
-  Block* block = live_block_containing(data_ptr.get());
+  Block* block = nullptr;
+  for (auto i : c10::irange(device_count())) {
+    if ((block = cache_for(static_cast<c10::DeviceIndex>(i)).live_block_containing(data_ptr.get()))) break;
+  }
   TORCH_CHECK(block != nullptr, "record_stream: the tensor's memory does not come from the mydev allocator");
   cache_for(block->device).record_stream(block, stream_handle(stream));
 }

@@ -53,8 +53,12 @@ KernelScope::~KernelScope() {
   if (entered_) tls_in_kernel = false;
 }
 
+KernelContext kernel_context(c10::DeviceIndex device, mydevStream_t stream) {
+  return {device, stream, free_clock(device)};
+}
+
 KernelContext kernel_context(c10::DeviceIndex device) {
-  return {device, current_stream_handle(device), free_clock(device)};
+  return kernel_context(device, current_stream_handle(device));
 }
 
 void finish_launch(c10::DeviceIndex device, mydevError_t err) {

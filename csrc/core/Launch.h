@@ -83,8 +83,10 @@ class KernelScope {
  private:
   bool entered_;
 };
-// The context of a kernel about to take its place on `device`'s current stream.
+// The context of a kernel about to take its place on `device`'s current stream
+// (`stream`, if the caller has it already).
 KernelContext kernel_context(c10::DeviceIndex device);
+KernelContext kernel_context(c10::DeviceIndex device, mydevStream_t stream);
 
 // Inside a kernel, device memory is reached at its kernel address: in strict
 // mode a device address is inaccessible to all host code, kernels included,
@@ -153,15 +155,16 @@ void finish_launch(c10::DeviceIndex device, mydevError_t err);
 template <class F>
 void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool short_kernel = false) {
   struct Task final : LaunchedTask {
-    Task(F&& b, c10::DeviceIndex d, const char* l)
-        : body(std::forward<F>(b)), device(d), label(l), context(kernel_context(d)) {}
+    Task(F&& b, c10::DeviceIndex d, mydevStream_t stream, const char* l)
+        : body(std::forward<F>(b)), device(d), label(l), context(kernel_context(d, stream)) {}
     std::decay_t<F> body;
     c10::DeviceIndex device;
     const char* label;
     KernelContext context;
   };
   reap_finished_kernels();
-  auto* task = new Task(std::forward<F>(body), device, label);
+  const mydevStream_t stream = current_stream_handle(device);
+  auto* task = new Task(std::forward<F>(body), device, stream, label);
   auto trampoline = [](void* data) -> int {
     auto* t = static_cast<Task*>(data);
     const int status = run_kernel_body(t->context, t->device, t->label, t->body);
@@ -171,8 +174,8 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
   // A null handle means the default stream of the runtime's current device,
   // which need not be `device`.
   RuntimeDeviceGuard on_device(device);
-  const mydevError_t err = mydevLaunchHostFuncEx(current_stream_handle(device), trampoline, task, label,
-                                                 short_kernel ? mydevLaunchShortTask : 0u);
+  const mydevError_t err =
+      mydevLaunchHostFuncEx(stream, trampoline, task, label, short_kernel ? mydevLaunchShortTask : 0u);
   if (err != mydevSuccess && err != mydevErrorLaunchFailure) delete task;  // not enqueued
   finish_launch(device, err);
 }
@@ -194,19 +197,20 @@ inline bool stream_idle(c10::DeviceIndex device) {
 template <class F>
 bool launch_if_idle(c10::DeviceIndex device, const char* label, F&& body) {
   reap_finished_kernels();
+  const mydevStream_t stream = current_stream_handle(device);
   struct Closure {
     std::remove_reference_t<F>* body;
     c10::DeviceIndex device;
     const char* label;
     KernelContext context;
-  } closure{&body, device, label, kernel_context(device)};
+  } closure{&body, device, label, kernel_context(device, stream)};
   auto trampoline = [](void* data) -> int {
     auto* c = static_cast<Closure*>(data);
     return run_kernel_body(c->context, c->device, c->label, *c->body);
   };
   RuntimeDeviceGuard on_device(device);  // see launch_async
-  const mydevError_t err = mydevLaunchHostFuncEx(current_stream_handle(device), trampoline, &closure, label,
-                                                 mydevLaunchShortTask | mydevLaunchIdleOnly);
+  const mydevError_t err =
+      mydevLaunchHostFuncEx(stream, trampoline, &closure, label, mydevLaunchShortTask | mydevLaunchIdleOnly);
   if (err == mydevErrorNotReady) return false;
   finish_launch(device, err);
   return true;

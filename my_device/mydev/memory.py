@@ -12,7 +12,8 @@ from .. import _C
 __all__ = [
     "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "reset_accumulated_memory_stats", "memory_summary", "empty_cache",
-    "mem_get_info", "set_per_process_memory_fraction", "memory_snapshot",
+    "mem_get_info", "set_per_process_memory_fraction", "memory_snapshot", "caching_allocator_alloc",
+    "caching_allocator_delete",
 ]
 
 
@@ -59,6 +60,26 @@ def reset_accumulated_memory_stats(device=None) -> None:
 def empty_cache() -> None:
     """Returns all cached, unused device memory to the runtime."""
     _C._empty_cache()
+
+
+def caching_allocator_alloc(size: int, device=None, stream=None) -> int:
+    """Allocates `size` bytes from the caching allocator for `stream` (default:
+    the device's current stream) and returns the address. Free it with
+    caching_allocator_delete; until then it counts as allocated."""
+    from . import streams
+
+    index = _index(device)
+    if stream is not None and not isinstance(stream, streams.Stream):
+        raise TypeError("Invalid type for stream argument, must be `torch.mydev.Stream` or None")
+    if stream is None:
+        return _C._raw_alloc(size, index)
+    with streams.stream(stream):
+        return _C._raw_alloc(size, index)
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    """Gives a block from caching_allocator_alloc back to the caching allocator."""
+    _C._raw_delete(mem_ptr)
 
 
 def mem_get_info(device=None):
