@@ -165,7 +165,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 // it a dozen times.) The dtypes are those the CPU kernel reads; any other
 // raises as the CPU kernel does, naming this one.
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  TORCH_CHECK(self.numel() > 0, "a Tensor with 0 elements cannot be converted to Scalar");
+  TORCH_CHECK(self.numel() > 0, "_local_scalar_dense: Empty tensor not supported");
   const at::ScalarType dtype = self.scalar_type();
   auto read = [&](const void* bytes) {
     at::Scalar value;
