@@ -326,3 +326,20 @@ def test_item_and_where_in_strict_mode(python_subprocess):
         print("ok")
     """, env={"MYDEV_STRICT": "1"})
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("shape,fmt", [((2, 3, 4, 5), torch.channels_last), ((8, 3, 40, 50), torch.channels_last),
+                                       ((2, 3, 4, 5, 6), torch.channels_last_3d)], ids=["short", "queued", "3d"])
+def test_structured_kernels_on_channels_last_inputs_match_cpu(shape, fmt):
+    # TensorIterator asks for an output of the inputs' memory format through
+    # its options, without strides (its fast set-up): an output allocated
+    # contiguous regardless was written in channels_last order (wrong values).
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(shape, generator=g).to(memory_format=fmt)
+    c = x > 0.3
+    dx, dc = x.to("mydev"), c.to("mydev")
+    for fn in (lambda t, m: torch.where(m, t, -t), lambda t, m: t.clamp(-0.5, 0.5), lambda t, m: t + t,
+               lambda t, m: torch.tanh(t)):
+        got, want = fn(dx, dc), fn(x, c)
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
