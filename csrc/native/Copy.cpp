@@ -190,8 +190,8 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   MYDEV_CHECK(mydevMemcpy(bytes, self.const_data_ptr(), size, mydevMemcpyDeviceToHost));
   raise_kernel_failure_after_host_read(self.device().index());
   at::Scalar value = read(bytes);
-  // The Conjugate and Negative keys let this op through with its bits set:
-  // they apply to the value read.
+  // PyTorch's Conjugate and Negative fallbacks resolve those bits before this
+  // kernel; a call redispatched below them keeps its bits, applied here.
   if (self.is_conj()) value = value.conj();
   if (self.is_neg()) value = -value;
   return value;
