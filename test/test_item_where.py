@@ -343,3 +343,18 @@ def test_structured_kernels_on_channels_last_inputs_match_cpu(shape, fmt):
         got, want = fn(dx, dc), fn(x, c)
         assert got.stride() == want.stride()
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(torch.mydev.device_count() < 2, reason="needs two mydev devices")
+def test_where_and_item_on_a_second_device():
+    a = torch.randn(3, 5000)
+    c = a > 0
+    for cols in (5, 5000):   # at the call, queued
+        da, dc = a[:, :cols].to("mydev:1"), c[:, :cols].to("mydev:1")
+        got = torch.where(dc, da, -da)
+        assert got.device == torch.device("mydev:1")
+        torch.testing.assert_close(got.cpu(), torch.where(c[:, :cols], a[:, :cols], -a[:, :cols]))
+        assert got[1, 2].item() == torch.where(c, a, -a)[1, 2].item()
+    kind, msg = _error(lambda: torch.where(dc, da, torch.zeros(3, 5000, device="mydev:0")))
+    assert kind is RuntimeError and "mydev:1 and mydev:0" in msg, msg
+    torch.testing.assert_close((da * 2).cpu(), a * 2)
