@@ -4,9 +4,12 @@
 // or in a host kernel on the device), as a real device would do them.
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
-#include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/Dispatch_v2.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
+
+#include <cstring>
+#include <type_traits>
 
 #include "hostkernel/HostKernel.h"
 #include "core/KernelArgs.h"
@@ -155,15 +158,43 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
+// .item(): the element's bytes come to a buffer on the stack and become the
+// Scalar here, as the CPU kernel makes it from its tensor's memory. (It used to
+// land in a CPU tensor and dispatch _local_scalar_dense on that: an allocation
+// and a second dispatch, most of this op's host time; an optimizer step calls
+// it a dozen times.) The dtypes are those the CPU kernel reads; any other
+// raises as the CPU kernel does, naming this one.
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  TORCH_CHECK(self.numel() > 0, "a Tensor with 0 elements cannot be converted to Scalar");
-  at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
+  TORCH_CHECK(self.numel() > 0, "_local_scalar_dense: Empty tensor not supported");
+  const at::ScalarType dtype = self.scalar_type();
+  auto read = [&](const void* bytes) {
+    at::Scalar value;
+    AT_DISPATCH_V2(dtype, "_local_scalar_dense_mydev", AT_WRAP([&] {
+      if constexpr (std::is_same_v<scalar_t, bool>) {
+        // Any non-zero byte reads as true, as on the CPU (not a bool load of a
+        // byte that may be neither 0 nor 1).
+        value = at::Scalar(*static_cast<const uint8_t*>(bytes) != 0);
+      } else {
+        scalar_t element;
+        std::memcpy(&element, bytes, sizeof(element));
+        value = at::Scalar(element);
+      }
+    }), AT_EXPAND(AT_ALL_TYPES), AT_EXPAND(AT_COMPLEX_TYPES), at::kComplexHalf, at::kHalf, at::kBool,
+        at::kBFloat16, AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES), AT_EXPAND(AT_FLOAT8_TYPES));
+    return value;
+  };
+  alignas(16) unsigned char bytes[16] = {};  // complex<double>, the widest element read
+  const size_t size = self.element_size();
+  TORCH_INTERNAL_ASSERT(size <= sizeof(bytes), "_local_scalar_dense: element of ", size, " bytes");
   if (!in_kernel()) warn_or_error_on_sync();
-  MYDEV_CHECK(mydevMemcpy(host.data_ptr(), self.data_ptr(), self.element_size(), mydevMemcpyDeviceToHost));
+  MYDEV_CHECK(mydevMemcpy(bytes, self.const_data_ptr(), size, mydevMemcpyDeviceToHost));
   raise_kernel_failure_after_host_read(self.device().index());
-  if (self.is_conj()) host = host.conj();
-  if (self.is_neg()) host = host.neg();
-  return at::_local_scalar_dense(host);
+  at::Scalar value = read(bytes);
+  // PyTorch's Conjugate and Negative fallbacks resolve those bits before this
+  // kernel; a call redispatched below them keeps its bits, applied here.
+  if (self.is_conj()) value = value.conj();
+  if (self.is_neg()) value = -value;
+  return value;
 }
 
 // The functional copy(self, src) into a tensor of another backend: dispatch

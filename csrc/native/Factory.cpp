@@ -78,8 +78,10 @@ at::Tensor efficientzerotensor(c10::IntArrayRef size, std::optional<at::ScalarTy
 
 at::Tensor empty_device(c10::IntArrayRef sizes, c10::IntArrayRef strides, const c10::TensorOptions& options) {
   if (strides.empty()) {
+    // No strides: TensorIterator's fast set-up asks for a dense output this
+    // way, with the inputs' memory format (channels_last) in the options.
     return empty_memory_format(sizes, options.dtype().toScalarType(), options.layout(), options.device(),
-                               std::nullopt, std::nullopt);
+                               std::nullopt, options.memory_format_opt());
   }
   return empty_strided(sizes, strides, options.dtype().toScalarType(), options.layout(), options.device(),
                        std::nullopt);

@@ -1,5 +1,6 @@
 // clamp with number bounds, the gradient clipping and value clamping of
-// training loops, as a queued structured kernel (StructuredKernel.h).
+// training loops, and where(condition, self, other), the masking of attention
+// and of losses, as queued structured kernels (StructuredKernel.h).
 #include "StructuredKernel.h"
 
 #include <ATen/Dispatch.h>
@@ -10,6 +11,7 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <type_traits>
 
 namespace my_device {
 namespace {
@@ -20,6 +22,7 @@ const bool g_stubs_mirrored = [] {
   mirror_cpu_stub(at::native::clamp_scalar_stub);
   mirror_cpu_stub(at::native::clamp_max_scalar_stub);
   mirror_cpu_stub(at::native::clamp_min_scalar_stub);
+  mirror_cpu_stub(at::native::where_kernel);
   return true;
 }();
 
@@ -58,9 +61,70 @@ at::Tensor& clamp_(at::Tensor& self, const std::optional<at::Scalar>& min, const
                                                     HeldOptionalScalar(max));
 }
 
+// where.self has no structured kernel in PyTorch: CPU's where_self_out
+// converts self and other to their result type, moves CPU scalars to the
+// device, then builds a TensorIterator over (out, condition, self, other) and
+// calls where_kernel. This is that iterator, as a structured kernel's
+// meta()/impl() pair, for the calls that need none of those conversions (see
+// where_self); the output takes self's dtype, the condition stays bool.
+struct WhereIterator : at::TensorIteratorBase {
+  void meta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+    at::TensorIteratorConfig config;
+    config.check_all_same_dtype(false)
+        .declare_static_dtype(self.scalar_type())
+        .add_output(maybe_get_output(0))
+        .add_const_input(condition)
+        .add_const_input(self)
+        .add_const_input(other);
+    build(config);
+  }
+  void impl(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+    // where_kernel takes an at::TensorIterator, a final class, where the other
+    // stubs take a TensorIteratorBase; TensorIterator adds no state to its
+    // base, and converting from it is its documented use ("slicing is OK").
+    at::TensorIterator iter(*this);
+    at::native::where_kernel(at::kPrivateUse1, iter);
+  }
+};
+// Fails to compile once where_kernel takes a TensorIteratorBase: impl() can then pass *this.
+static_assert(std::is_same_v<at::native::where_fn, void (*)(at::TensorIterator&)>,
+              "where_kernel's signature changed: pass the WhereIterator itself");
+
+// The structured machinery's uniform_dtype() sends a call to the host kernel
+// unless every operand has the common dtype, as CPU loops expect of most ops.
+// where's loop expects a bool condition beside operands of the output's dtype,
+// and TensorIterator's common dtype is then only the first input's (bool).
+// This overload, more specific for WhereIterator, is found by argument-
+// dependent lookup from StructuredKernel.h's unqualified call. (A hook of
+// StructuredKernel.h's own would say this better; that file is not this one's.)
+bool uniform_dtype(const WhereIterator& iter) {
+  return iter.input_dtype(0) == at::kBool && iter.input_dtype(1) == iter.dtype(0) &&
+         iter.input_dtype(2) == iter.dtype(0);
+}
+
+// Calls the kernel takes: three mydev tensors, a bool condition, self and
+// other of one dtype. The others (a uint8 condition, which CPU's where accepts
+// with a deprecation warning; a condition of another dtype, which it rejects;
+// mixed dtypes, promoted; CPU scalars) take the host kernel, which runs CPU's
+// where_self_out: same conversions, warnings and errors.
+bool where_kernel_takes(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+  for (const at::Tensor* t : {&condition, &self, &other}) {
+    if (t->device().type() != kMyDev || t->layout() != c10::kStrided) return false;
+  }
+  return condition.scalar_type() == at::kBool && self.scalar_type() == other.scalar_type();
+}
+
+at::Tensor where_self(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+  if (!where_kernel_takes(condition, self, other)) {
+    return run_host_kernel("aten::where.self", condition, self, other)[0].toTensor();
+  }
+  return functional<WhereIterator>("aten::where.self", condition, self, other);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("clamp", TORCH_FN(clamp));
   m.impl("clamp_", TORCH_FN(clamp_));
+  m.impl("where.self", TORCH_FN(where_self));
 }
 
 } // namespace
