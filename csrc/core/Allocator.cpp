@@ -111,14 +111,17 @@ std::string format_bytes(size_t bytes) {
   return os.str();
 }
 
-void update(c10::CachingAllocator::StatArray& stat, bool small, int64_t delta) {
-  for (auto type : {StatType::AGGREGATE, small ? StatType::SMALL_POOL : StatType::LARGE_POOL}) {
-    auto& s = stat[static_cast<size_t>(type)];
-    if (delta >= 0) {
-      s.increase(static_cast<size_t>(delta));
-    } else {
-      s.decrease(static_cast<size_t>(-delta));
-    }
+// Every allocation and free updates ten of these: inlined, and the pool's
+// index computed rather than looked up through a list.
+C10_ALWAYS_INLINE void update(c10::CachingAllocator::StatArray& stat, bool small, int64_t delta) {
+  auto& all = stat[static_cast<size_t>(StatType::AGGREGATE)];
+  auto& pool = stat[static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)];
+  if (delta >= 0) {
+    all.increase(static_cast<size_t>(delta));
+    pool.increase(static_cast<size_t>(delta));
+  } else {
+    all.decrease(static_cast<size_t>(-delta));
+    pool.decrease(static_cast<size_t>(-delta));
   }
 }
 

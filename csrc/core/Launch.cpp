@@ -34,23 +34,30 @@ struct KernelWarningCollector final : c10::WarningHandler {
   }
 };
 
-thread_local KernelContext tls_kernel;
-thread_local bool tls_in_kernel = false;
+// One thread-local, not two: each is looked up with a call in a shared library.
+struct KernelTls {
+  KernelContext kernel;
+  bool in_kernel = false;
+};
+thread_local KernelTls tls_kernel;
 } // namespace
 
 const KernelContext* current_kernel() {
-  return tls_in_kernel ? &tls_kernel : nullptr;
+  KernelTls& t = tls_kernel;
+  return t.in_kernel ? &t.kernel : nullptr;
 }
 
-KernelScope::KernelScope(const KernelContext& kernel) : entered_(!tls_in_kernel) {
+KernelScope::KernelScope(const KernelContext& kernel) {
+  KernelTls& t = tls_kernel;
+  entered_ = !t.in_kernel;
   if (entered_) {
-    tls_kernel = kernel;
-    tls_in_kernel = true;
+    t.kernel = kernel;
+    t.in_kernel = true;
   }
 }
 
 KernelScope::~KernelScope() {
-  if (entered_) tls_in_kernel = false;
+  if (entered_) tls_kernel.in_kernel = false;
 }
 
 KernelContext kernel_context(c10::DeviceIndex device, mydevStream_t stream) {

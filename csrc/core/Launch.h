@@ -16,6 +16,7 @@
 //   (host kernels). Its exception propagates directly.
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -126,13 +127,15 @@ inline bool is_short_kernel(int64_t elements) {
 }
 
 // Runs a kernel's body as a stream's task does: inside its kernel context,
-// with its warnings kept for a host thread and a failure recorded, with the
-// op's label, for the next synchronisation. Returns the task's status.
-template <class F>
+// with a failure recorded, with the op's label, for the next synchronisation.
+// Returns the task's status. On a stream's worker (kOnWorker) its warnings are
+// kept for a host thread; a body run on the launching host thread warns there.
+template <bool kOnWorker, class F>
 int run_kernel_body(const KernelContext& context, c10::DeviceIndex device, const char* label, F& body) {
   try {
     KernelScope in_kernel(context);
-    c10::WarningUtils::WarningHandlerGuard keep_warnings(kernel_warning_collector());
+    std::optional<c10::WarningUtils::WarningHandlerGuard> keep_warnings;
+    if constexpr (kOnWorker) keep_warnings.emplace(kernel_warning_collector());
     if (take_injected_failure(label)) {
       throw std::runtime_error("injected failure (my_device._C._test_inject_kernel_failure)");
     }
@@ -167,7 +170,9 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
   auto* task = new Task(std::forward<F>(body), device, stream, label);
   auto trampoline = [](void* data) -> int {
     auto* t = static_cast<Task*>(data);
-    const int status = run_kernel_body(t->context, t->device, t->label, t->body);
+    // A short task may run on the launching thread (mydevLaunchShortTask); its
+    // warnings are kept all the same, as the launch cannot tell.
+    const int status = run_kernel_body<true>(t->context, t->device, t->label, t->body);
     retire_kernel(t);
     return status;
   };
@@ -206,7 +211,7 @@ bool launch_if_idle(c10::DeviceIndex device, const char* label, F&& body) {
   } closure{&body, device, label, kernel_context(device, stream)};
   auto trampoline = [](void* data) -> int {
     auto* c = static_cast<Closure*>(data);
-    return run_kernel_body(c->context, c->device, c->label, *c->body);
+    return run_kernel_body<false>(c->context, c->device, c->label, *c->body);  // always on this thread
   };
   RuntimeDeviceGuard on_device(device);  // see launch_async
   const mydevError_t err =

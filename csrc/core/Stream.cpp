@@ -36,14 +36,20 @@ struct ThreadStreams {
 };
 thread_local ThreadStreams tls_streams;
 
+// A host thread's first use of the device: see thread_current.
+C10_NOINLINE std::array<const StreamRecord*, kMaxDevices>& configure_thread(ThreadStreams& t) {
+  t.configured = true;
+  configure_backward_thread();
+  return t.current;
+}
+
 // Every launch asks for its current stream, so this is where a host thread's
-// first use of the device is seen.
+// first use of the device is seen. (The first use is handled out of line: a
+// call on the common path would make the compiler look the thread-local up
+// once more after it, on every launch.)
 inline std::array<const StreamRecord*, kMaxDevices>& thread_current() {
   ThreadStreams& t = tls_streams;
-  if (C10_UNLIKELY(!t.configured)) {
-    t.configured = true;
-    configure_backward_thread();
-  }
+  if (C10_UNLIKELY(!t.configured)) return configure_thread(t);
   return t.current;
 }
 
