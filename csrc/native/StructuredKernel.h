@@ -4,7 +4,9 @@
 // PyTorch's structured kernels split an op into meta() (shapes, dtypes, device
 // checks, type promotion; output allocation through set_output_*) and impl()
 // (the loop). Here meta() runs at the call, over the device tensors, and impl()
-// is queued with launch_async; impl() reaches the loop through the op's
+// is queued with launch_async (a short one on an idle stream runs at the call:
+// functional_now, and queue_functional for kernels outside TensorIterator);
+// impl() reaches the loop through the op's
 // DispatchStub, whose PrivateUse1 slot mirror_cpu_stub fills with the CPU loop.
 // A vendor plugs in device loops by registering theirs in that slot instead.
 // Op families using this: BinaryOps.cpp, UnaryOps.cpp, SoftMax.cpp, LinearAlgebra.cpp,
@@ -309,38 +311,58 @@ int64_t operand_elements(const Args&... args) {
 }
 
 // The operands of a kernel outside TensorIterator, as CPU tensors over their
-// device bytes (at kernel addresses), made at the call: they record each
-// tensor's geometry as it is now, as a TensorIterator records its operands',
-// so a caller restriding a tensor afterwards (t_, resize_) changes nothing the
-// kernel reads. Making them here rather than on the worker spares the job a
-// TensorImpl of its own per tensor (KernelArgs::own) and the caller's outputs a
-// second one (kernel_handle). Tensors over one device storage share one host
-// storage, and a tensor passed twice is one host tensor, as CPU kernels' alias
-// and overlap checks expect (HostCall::to_host does the same on the worker).
+// device bytes (at kernel addresses). Made when the kernel is launched, they
+// record each tensor's geometry as it is then, as a TensorIterator records its
+// operands', so a caller restriding a tensor afterwards (t_, resize_) changes
+// nothing the kernel reads. A queued kernel's are made at the call (`held`: the
+// job's KernelArgs keeps the bytes), which spares the job a TensorImpl of its
+// own per tensor (KernelArgs::own) and the caller's outputs a second one
+// (kernel_handle); a kernel run at the call (`held` null) reads the caller's
+// tensors while the caller holds them. Tensors over one device storage share
+// one host storage, and a tensor passed twice is one host tensor, as CPU
+// kernels' alias and overlap checks expect (HostCall::to_host does the same).
 class HostOperands {
  public:
-  explicit HostOperands(KernelArgs& held) : held_(held) {}
+  explicit HostOperands(KernelArgs* held) : held_(held) {}
+  HostOperands(const HostOperands&) = delete;
+  HostOperands& operator=(const HostOperands&) = delete;
+  ~HostOperands() {
+    if (held_ == nullptr) recycle();
+  }
 
   at::Tensor alias(const at::Tensor& t) {
-    if (!t.defined() || t.device().type() != kMyDev || t.layout() != c10::kStrided) return held_.own(t);
-    for (const auto& [impl, host] : tensors_) {
-      if (impl == t.unsafeGetTensorImpl()) return host;
+    if (!t.defined() || t.device().type() != kMyDev || t.layout() != c10::kStrided) {
+      return held_ != nullptr ? held_->own(t) : t;
     }
-    const c10::Storage& device_storage = t.storage();
+    c10::TensorImpl* const impl = t.unsafeGetTensorImpl();
+    for (const auto& entry : tensors_) {
+      if (entry.device == impl) return entry.host;
+    }
+    c10::StorageImpl* const device_storage = t.storage().unsafeGetStorageImpl();
     const c10::Storage* host_storage = nullptr;
-    for (const auto& [impl, host] : storages_) {
-      if (impl == device_storage.unsafeGetStorageImpl()) host_storage = &host;
+    for (const auto& [device, host] : storages_) {
+      if (device == device_storage) host_storage = &host;
     }
+    if (host_storage == nullptr && held_ == nullptr) {
+      if (auto host = pooled_alias(t)) {
+        storages_.emplace_back(device_storage, host->storage());
+        tensors_.push_back({impl, std::move(*host), true});
+        return tensors_.back().host;
+      }
+    }
+    // A kernel run at the call may pool an alias over a storage of its own.
+    bool own_storage = false;
     if (host_storage == nullptr) {
       // The job keeps the bytes: a lease, or a reference (KernelArgs::keep).
-      if (c10::Storage kept = held_.keep(device_storage)) kept_.push_back(std::move(kept));
-      storages_.emplace_back(device_storage.unsafeGetStorageImpl(),
-                             host_storage_over(device_storage.unsafeGetStorageImpl(), nullptr, false));
+      if (held_ != nullptr) {
+        if (c10::Storage kept = held_->keep(t.storage())) kept_.push_back(std::move(kept));
+      }
+      storages_.emplace_back(device_storage, host_storage_over(device_storage, nullptr, false));
       host_storage = &storages_.back().second;
+      own_storage = held_ == nullptr;
     }
-    at::Tensor host = host_tensor_like(t, *host_storage);
-    tensors_.emplace_back(t.unsafeGetTensorImpl(), host);
-    return host;
+    tensors_.push_back({impl, host_tensor_like(t, *host_storage), own_storage});
+    return tensors_.back().host;
   }
   HeldOptionalTensor alias(const HeldOptionalTensor& t) {
     return t.tensor().defined() ? HeldOptionalTensor(alias(t.tensor())) : t;
@@ -351,8 +373,75 @@ class HostOperands {
   }
 
  private:
-  KernelArgs& held_;
-  c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> tensors_;
+  struct Entry {
+    c10::TensorImpl* device;
+    at::Tensor host;
+    bool pooled;
+  };
+  // A kernel run at the call gives its host aliases back to this thread's pool
+  // when it returns, unless something still holds them: making a TensorImpl,
+  // its version counter and a StorageImpl, and freeing them, cost a short
+  // kernel such as log_softmax on a (4, 16) tensor about as much as its loop.
+  // A pooled alias is a TensorImpl with a StorageImpl of its own, both
+  // repointed at the next call's bytes and geometry.
+  static constexpr size_t kPooledAliases = 8;
+  static c10::SmallVector<at::Tensor, kPooledAliases>& pool() {
+    static thread_local c10::SmallVector<at::Tensor, kPooledAliases> aliases;
+    return aliases;
+  }
+  // A pooled alias for `t`: preferably one last used with `t`'s dtype and
+  // geometry (a loop calling one op gets its aliases back as they were), whose
+  // TensorImpl then needs only its storage repointed.
+  static std::optional<at::Tensor> pooled_alias(const at::Tensor& t) {
+    auto& aliases = pool();
+    if (aliases.empty()) return std::nullopt;
+    size_t pick = aliases.size() - 1;
+    bool same = false;
+    for (size_t i = aliases.size(); i-- > 0;) {
+      const c10::TensorImpl* impl = aliases[i].unsafeGetTensorImpl();
+      if (impl->dtype() == t.dtype() && impl->storage_offset() == t.storage_offset() && impl->sizes() == t.sizes() &&
+          impl->strides() == t.strides() && impl->is_conj() == t.is_conj() && impl->is_neg() == t.is_neg()) {
+        pick = i;
+        same = true;
+        break;
+      }
+    }
+    at::Tensor host = std::move(aliases[pick]);
+    aliases.erase(aliases.begin() + static_cast<std::ptrdiff_t>(pick));
+    c10::TensorImpl* impl = host.unsafeGetTensorImpl();
+    c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
+    c10::StorageImpl* device_storage = t.storage().unsafeGetStorageImpl();
+    storage->set_data_ptr_noswap(
+        c10::DataPtr(kernel_address(device_storage->mutable_data()), c10::Device(c10::DeviceType::CPU)));
+    storage->set_nbytes(device_storage->nbytes());
+    if (!same) {
+      if (impl->dtype() != t.dtype()) impl->set_storage_and_dtype(impl->storage(), t.dtype());
+      impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+      impl->_set_conj(t.is_conj());
+      impl->_set_neg(t.is_neg());
+    }
+    return host;
+  }
+  void recycle() {
+    storages_.clear();
+    for (auto& entry : tensors_) {
+      if (!entry.pooled) entry.host.reset();
+    }
+    auto& aliases = pool();
+    for (auto& entry : tensors_) {
+      if (!entry.pooled) continue;
+      c10::TensorImpl* impl = entry.host.unsafeGetTensorImpl();
+      // Only an alias nothing else refers to, as the kernel received it.
+      if (aliases.size() < kPooledAliases && entry.host.use_count() == 1 && entry.host.weak_use_count() == 1 &&
+          impl->autograd_meta() == nullptr && impl->storage().use_count() == 1 &&
+          impl->storage().resizable() == false && impl->storage().allocator() == nullptr) {
+        aliases.push_back(std::move(entry.host));
+      }
+    }
+  }
+
+  KernelArgs* held_;
+  c10::SmallVector<Entry, 4> tensors_;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
   c10::SmallVector<c10::Storage, 2> kept_;
 };
@@ -423,47 +512,60 @@ std::array<at::Tensor, N> queue_functional(const char* label, const Args&... arg
     return out;
   } else {
     // meta() runs on the caller's tensors; impl() on host aliases of them and
-    // of the outputs, made now (HostOperands), under a HostCall: kernels
-    // outside TensorIterator call other ops (addmm copies self into its output
-    // with copy_, nll_loss makes its input contiguous), which on host aliases
-    // are CPU ops allocating device memory, not launches behind this kernel.
+    // of the outputs (HostOperands), under a HostCall: kernels outside
+    // TensorIterator call other ops (addmm copies self into its output with
+    // copy_, nll_loss makes its input contiguous), which on host aliases are
+    // CPU ops allocating device memory, not launches behind this kernel.
+    Functional<Base, N> op;
+    op.meta(args...);
+    const c10::DeviceIndex device = op.outputs[0].device().index();
+    // The elements of its operands and outputs bound such a kernel's work (a
+    // softmax, a reduction, nll_loss; a matrix product's is about the 1.5th
+    // power of theirs): over a few thousand, the hand-off to the worker costs
+    // less than the kernel (kShortKernelElements).
+    const bool short_kernel =
+        is_short_kernel(operand_elements(args...) +
+                        std::apply([](const auto&... o) { return operand_elements(o...); }, op.outputs));
+    // On an idle stream a short kernel runs now, over aliases of the caller's
+    // own tensors: no job, no references held, no task (as functional_now).
+    if (short_kernel) {
+      const bool ran = launch_if_idle(device, label, [&] {
+        HostOperands host(nullptr);
+        auto host_args = std::make_tuple(host.alias(args)...);
+        std::array<at::Tensor, N> host_outputs;
+        for (size_t i = 0; i < N; ++i) host_outputs[i] = host.alias(op.outputs[i]);
+        HostCall call(device);
+        std::apply([&](const auto&... a) {
+          std::apply([&](const auto&... o) { op.impl(a..., o...); }, host_outputs);
+        }, host_args);
+      });
+      if (ran) return std::move(op.outputs);
+    }
     // (A few hundred bytes: malloc's per-thread cache serves it faster than
     // Pooled's locked free list, which is for TensorIterator jobs.)
     struct Job {
-      explicit Job(c10::DeviceIndex device) : held(device), host(held) {}
+      explicit Job(c10::DeviceIndex device) : held(device), host(&held) {}
       KernelArgs held;
       HostOperands host;
       std::optional<std::tuple<std::decay_t<decltype(host.alias(std::declval<const Args&>()))>...>> args;
       std::array<at::Tensor, N> outputs;
-      Functional<Base, N> op;
+      Functional<Base, N> op;  // impl() only: meta() ran on the caller's
     };
     static_assert(sizeof(Job) <= 1024, "larger than malloc's per-thread cache serves: derive Job from Pooled");
     auto job = std::make_unique<Job>(launch_device(args...));
-    job->op.meta(args...);
-    const c10::DeviceIndex device = job->op.outputs[0].device().index();
     TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
                           job->held.device());
     job->args.emplace(job->host.alias(args)...);
     // The caller's outputs are the device tensors meta() made; the job keeps
     // their bytes as it keeps its inputs' (a lease, or a reference).
-    std::array<at::Tensor, N> out;
-    for (size_t i = 0; i < N; ++i) {
-      job->outputs[i] = job->host.alias(job->op.outputs[i]);
-      out[i] = std::move(job->op.outputs[i]);
-    }
-    // The elements of its operands and outputs bound such a kernel's work (a
-    // softmax, a reduction, nll_loss; a matrix product's is about the 1.5th
-    // power of theirs): over a few thousand, the hand-off to the worker costs
-    // more than the kernel (kShortKernelElements).
-    const int64_t elements = operand_elements(args...) +
-                             std::apply([](const auto&... o) { return operand_elements(o...); }, out);
+    for (size_t i = 0; i < N; ++i) job->outputs[i] = job->host.alias(op.outputs[i]);
     launch_async(device, label, [job = std::move(job)] {
       HostCall call(job->held.device());
       std::apply([&](const auto&... a) {
         std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->outputs);
       }, *job->args);
-    }, is_short_kernel(elements));
-    return out;
+    }, short_kernel);
+    return std::move(op.outputs);
   }
 }
 

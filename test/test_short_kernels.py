@@ -1,0 +1,159 @@
+"""Short structured kernels outside TensorIterator (softmax, sum, mm/addmm/bmm, nll_loss) on an idle
+stream run at the call over host aliases of the caller's tensors, which a thread's later calls reuse
+(StructuredKernel.h: queue_functional, HostOperands). Results against the CPU's, errors at the call as
+the CPU's, the queued path when the stream is busy, and strict mode in a subprocess."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import my_device  # noqa: F401
+
+from conftest import delayed
+
+
+def _inputs(dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, dtype=dtype, generator=g)  # noqa: E731
+    return {"a": r(4, 16), "sq": r(16, 16), "w": r(16, 8), "bias": r(8), "b3": r(3, 4, 5), "c3": r(3, 5, 2),
+            "target": torch.randint(0, 16, (4,), generator=g), "cw": torch.rand(16, dtype=dtype, generator=g)}
+
+
+OPS = {
+    "sum": lambda d: d["a"].sum(),
+    "sum_dim": lambda d: d["a"].sum(0, keepdim=True),
+    "sum_dtype": lambda d: d["a"].sum(1, dtype=torch.float64),
+    "log_softmax": lambda d: torch.log_softmax(d["a"], 1),
+    "softmax_t": lambda d: torch.softmax(d["a"].t(), 0),
+    "nll_loss": lambda d: F.nll_loss(torch.log_softmax(d["a"], 1), d["target"]),
+    "nll_loss_weighted": lambda d: F.nll_loss(d["a"], d["target"], weight=d["cw"], reduction="sum"),
+    "nll_loss_none": lambda d: F.nll_loss(d["a"], d["target"], ignore_index=3, reduction="none"),
+    "mm": lambda d: torch.mm(d["a"], d["w"]),
+    "mm_same_tensor": lambda d: torch.mm(d["sq"], d["sq"]),
+    "mm_transposed": lambda d: torch.mm(d["sq"].t(), d["sq"][:, :8]),
+    "addmm": lambda d: torch.addmm(d["bias"], d["a"], d["w"]),
+    "addmm_scaled": lambda d: torch.addmm(d["bias"], d["a"], d["w"], beta=0.5, alpha=-2.0),
+    "addmm_self_aliases_mat": lambda d: torch.addmm(d["sq"][0], d["sq"][:4], d["sq"]),
+    "bmm": lambda d: torch.bmm(d["b3"], d["c3"]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_results_match_cpu_at_the_call_and_queued(dtype):
+    cpu = _inputs(dtype)
+    dev = {k: v.to("mydev") for k, v in cpu.items()}
+    s = torch.mydev.default_stream()
+    # Twice at the call (the second time over pooled aliases), then queued behind a held-back stream.
+    for _ in range(2):
+        for name, fn in OPS.items():
+            torch.mydev.synchronize()
+            torch.testing.assert_close(fn(dev).cpu(), fn(cpu), msg=name)
+    torch.mydev.synchronize()
+    with delayed(s):
+        results = {name: fn(dev) for name, fn in OPS.items()}
+        assert not s.query()
+    for name, fn in OPS.items():
+        torch.testing.assert_close(results[name].cpu(), fn(cpu), msg=name)
+
+
+def test_pooled_aliases_take_each_calls_geometry_and_dtype():
+    # Alternating shapes, strides, offsets and dtypes through the same thread's pooled aliases.
+    for i in range(40):
+        dtype = torch.float64 if i % 3 == 0 else torch.float32
+        rows = 1 + i % 5
+        x = torch.randn(rows + 2, 7 + i % 4, dtype=dtype)
+        view = x[1:rows + 1, 1:] if i % 2 else x[1:rows + 1].t()
+        d = x.to("mydev")
+        dview = d[1:rows + 1, 1:] if i % 2 else d[1:rows + 1].t()
+        torch.testing.assert_close(torch.log_softmax(dview, -1).cpu(), torch.log_softmax(view, -1))
+        torch.testing.assert_close(dview.sum(0).cpu(), view.sum(0))
+        torch.testing.assert_close(torch.mm(dview, dview.t()).cpu(), torch.mm(view, view.t()))
+
+
+def test_caller_restriding_after_a_queued_call_changes_nothing():
+    cpu = _inputs(torch.float32)
+    a, w, bias = (cpu[k].to("mydev") for k in ("a", "w", "bias"))
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        out_sm = torch.log_softmax(a, 1)
+        out_mm = torch.addmm(bias, a, w)
+        out_sum = a.sum(1)
+        assert not s.query()
+        a.t_()                       # the caller restrides its tensors before the kernels ran
+        w.resize_(2, 2)
+        bias.resize_(0)
+    torch.testing.assert_close(out_sm.cpu(), torch.log_softmax(cpu["a"], 1))
+    torch.testing.assert_close(out_mm.cpu(), torch.addmm(cpu["bias"], cpu["a"], cpu["w"]))
+    torch.testing.assert_close(out_sum.cpu(), cpu["a"].sum(1))
+
+
+def _cpu_error(fn, cpu):
+    with pytest.raises(Exception) as info:
+        fn(cpu)
+    return type(info.value), str(info.value).split("\n")[0]
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("mm_shapes", lambda d: torch.mm(d["a"], d["a"])),
+    ("addmm_shapes", lambda d: torch.addmm(d["bias"], d["w"], d["a"])),
+    ("bmm_batch", lambda d: torch.bmm(d["b3"], d["c3"][:2])),
+    ("log_softmax_dim", lambda d: torch.log_softmax(d["a"], 3)),
+    ("sum_dim", lambda d: d["a"].sum(5)),
+    ("nll_loss_batch", lambda d: F.nll_loss(d["a"], d["target"][:3])),
+    ("nll_loss_weight", lambda d: F.nll_loss(d["a"], d["target"], weight=d["cw"][:3])),
+])
+def test_errors_come_at_the_call_as_on_cpu(name, fn):
+    cpu = _inputs(torch.float32)
+    dev = {k: v.to("mydev") for k, v in cpu.items()}
+    torch.mydev.synchronize()
+    expected_type, expected_message = _cpu_error(fn, cpu)
+    with pytest.raises(expected_type) as info:
+        fn(dev)
+    assert str(info.value).split("\n")[0] == expected_message
+    torch.mydev.synchronize()        # nothing left behind to report
+    torch.testing.assert_close(torch.log_softmax(dev["a"], 1).cpu(), torch.log_softmax(cpu["a"], 1))
+
+
+def test_target_out_of_range_at_the_call_is_reported_at_the_next_synchronisation():
+    # As a queued kernel's failure (a device-side assert on CUDA); the device works after.
+    x = torch.randn(4, 5)
+    d = x.to("mydev")
+    target = torch.tensor([0, 7, 1, 2], device="mydev")
+    torch.mydev.synchronize()
+    F.nll_loss(d, target)
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.mydev.synchronize()
+    t = torch.tensor([0, 4, 1, 2])
+    torch.testing.assert_close(F.nll_loss(d, t.to("mydev")).cpu(), F.nll_loss(x, t))
+
+
+def test_strict_mode_at_the_call_and_queued():
+    # MYDEV_STRICT=1: a device address read by host code (a kernel included) crashes the process.
+    script = textwrap.dedent("""
+        import torch, torch.nn.functional as F, my_device
+        from conftest import delayed
+        import test_short_kernels as t
+        cpu = t._inputs(torch.float32)
+        dev = {k: v.to("mydev") for k, v in cpu.items()}
+        for queued in (False, False, True):
+            torch.mydev.synchronize()
+            if queued:
+                with delayed(torch.mydev.default_stream()):
+                    out = {n: fn(dev) for n, fn in t.OPS.items()}
+            else:
+                out = {n: fn(dev) for n, fn in t.OPS.items()}
+            for n, fn in t.OPS.items():
+                torch.testing.assert_close(out[n].cpu(), fn(cpu), msg=n)
+        print("strict ok")
+    """)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, MYDEV_STRICT="1",
+               PYTHONPATH=os.pathsep.join([here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                       cwd=here)
+    assert r.returncode == 0 and "strict ok" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
