@@ -6,6 +6,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <type_traits>
 #include <vector>
 
 namespace my_device {
@@ -34,11 +35,14 @@ struct KernelWarningCollector final : c10::WarningHandler {
   }
 };
 
-// One thread-local, not two: each is looked up with a call in a shared library.
+// One thread-local, not two: each is looked up with a call in a shared
+// library. A plain aggregate, zero-initialised, so that no access also checks
+// a per-thread initialisation guard (one more lookup).
 struct KernelTls {
   KernelContext kernel;
-  bool in_kernel = false;
+  bool in_kernel;
 };
+static_assert(std::is_trivially_default_constructible_v<KernelTls>);
 thread_local KernelTls tls_kernel;
 } // namespace
 
