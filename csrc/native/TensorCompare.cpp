@@ -217,19 +217,12 @@ bool plain(const at::Tensor& t) {
 
 // Calls the kernel takes: strided operands of a dtype every comparison loop
 // has (meta() then rejects devices as TensorIterator does: a CPU operand must
-// be a 0-d scalar). A wrapped number (from a traced program) is converted as
-// for the .Scalar overload.
+// be a 0-d scalar).
 template <class Iterator>
 at::Tensor compare_tensor(const char* label, const at::Tensor& self, const at::Tensor& other) {
   if (!plain(self) || !plain(other) || !comparison_dtype(self.scalar_type()) ||
       !comparison_dtype(other.scalar_type())) {
     return run_host_kernel(label, self, other)[0].toTensor();
-  }
-  if (other.dim() == 0 && other.unsafeGetTensorImpl()->is_wrapped_number() && !other.is_same(self) &&
-      other.scalar_type() != self.scalar_type()) {
-    if (auto converted = number_as(other.item(), self.scalar_type())) {
-      return functional<Iterator>(label, self, *converted);
-    }
   }
   return functional<Iterator>(label, self, other);
 }
@@ -242,11 +235,11 @@ at::Tensor compare_scalar(const char* tensor_label, const char* label, const at:
       return functional<Iterator>(tensor_label, self, *converted);
     }
   }
-  // The host kernel runs a call at the call the first time it sees its
-  // operands' dtypes, and queues the next ones; a number is no tensor there,
-  // so `int_tensor > 0.5` would let a later `int_tensor > 1j`, whose CPU loop
-  // raises, be queued. As a wrapped number (what CPU's gt.Scalar makes of it)
-  // its dtype is part of the call's.
+  // The host kernel queues a call once its tensors' dtypes are known to have
+  // CPU kernels (QueuedHostKernel.cpp); a number is no tensor there, so
+  // `int_tensor > 1j`, compared as complex, where the CPU loop raises, would
+  // be queued and raise late. As a wrapped number (what CPU's gt.Scalar makes
+  // of it), its dtype counts: a complex call stays at the call.
   if (!other.isSymbolic()) {
     return run_host_kernel(tensor_label, self, at::native::wrapped_scalar_tensor(other))[0].toTensor();
   }
