@@ -40,3 +40,16 @@ def delayed(stream, us=DELAY_US):
     finally:
         my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, 0)
         stream.synchronize()
+
+
+def host_kernel_calls(fn):
+    """(fn()'s result, how many calls it sent to the generic host kernel): for tests that an op
+    takes a kernel of its own."""
+    torch.mydev.synchronize()
+    my_device._C._host_kernel_breakdown(True)
+    try:
+        out = fn()
+        torch.mydev.synchronize()
+    finally:
+        counts = dict(my_device._C._host_kernel_breakdown(False))
+    return out, counts["queued"] + counts["inline"]

@@ -10,7 +10,7 @@ import torch
 
 import my_device
 
-from conftest import delayed
+from conftest import delayed, host_kernel_calls
 
 OPS = ["eq", "ne", "lt", "le", "gt", "ge"]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8,
@@ -30,18 +30,6 @@ def _rand(shape, dtype, g):
     if flat.numel() >= 8:
         flat[:5] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0]).to(dtype)
     return t
-
-
-def host_kernel_calls(fn):
-    """(fn()'s result, how many calls it sent to the generic host kernel)."""
-    torch.mydev.synchronize()
-    my_device._C._host_kernel_breakdown(True)
-    try:
-        out = fn()
-        torch.mydev.synchronize()
-    finally:
-        counts = dict(my_device._C._host_kernel_breakdown(False))
-    return out, counts["queued"] + counts["inline"]
 
 
 def _same(got, want):

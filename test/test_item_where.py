@@ -9,7 +9,7 @@ import torch
 
 import my_device
 
-from conftest import delayed
+from conftest import delayed, host_kernel_calls
 
 aten = torch.ops.aten
 
@@ -151,18 +151,6 @@ def _rand(shape, dtype, gen):
     if not dtype.is_floating_point:
         return torch.randint(0, 100, shape, generator=gen).to(dtype)
     return torch.randn(shape, generator=gen).to(dtype)
-
-
-def host_kernel_calls(fn):
-    """(fn()'s result, how many calls it sent to the generic host kernel)."""
-    torch.mydev.synchronize()
-    my_device._C._host_kernel_breakdown(True)
-    try:
-        out = fn()
-        torch.mydev.synchronize()
-    finally:
-        counts = dict(my_device._C._host_kernel_breakdown(False))
-    return out, counts["queued"] + counts["inline"]
 
 
 @pytest.mark.parametrize("shape", [(4, 16), (300, 300)], ids=["short", "queued"])

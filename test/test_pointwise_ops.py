@@ -4,17 +4,7 @@ import torch
 
 import my_device
 
-
-def _host_kernel_calls(fn):
-    torch.mydev.synchronize()
-    my_device._C._host_kernel_breakdown(True)
-    try:
-        out = fn()
-        torch.mydev.synchronize()
-    finally:
-        counts = dict(my_device._C._host_kernel_breakdown(False))
-    return out, counts["queued"] + counts["inline"]
-
+from conftest import host_kernel_calls
 
 CASES = {
     "lerp_scalar_low": lambda a, b, c: torch.lerp(a, b, 0.3),
@@ -37,7 +27,7 @@ def test_matches_cpu_on_the_structured_path(name, dtype, shape):
     a, b = torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)
     c = torch.rand(shape, dtype=dtype) + 0.5  # a divisor away from 0, a weight around 1
     want = CASES[name](a, b, c)
-    got, host_calls = _host_kernel_calls(lambda: CASES[name](a.to("mydev"), b.to("mydev"), c.to("mydev")))
+    got, host_calls = host_kernel_calls(lambda: CASES[name](a.to("mydev"), b.to("mydev"), c.to("mydev")))
     # The same CPU loops on the same values: bit for bit. clone has a kernel of its own.
     torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
     assert host_calls == 0
