@@ -157,3 +157,23 @@ def test_strict_mode_at_the_call_and_queued():
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
                        cwd=here)
     assert r.returncode == 0 and "strict ok" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape,dim", [((4, 16), 1), ((4, 16), 0), ((2, 3, 5), 1), ((), 0)],
+                         ids=["lastdim", "dim0", "middle", "0d"])
+def test_softmax_on_the_device_tensors_themselves(fn, shape, dim):
+    # Outside strict mode a short softmax on contiguous tensors runs over the caller's tensors, with no
+    # host aliases (RunsOnDeviceTensors in StructuredKernel.h); forward and backward against the CPU.
+    x = torch.randn(shape, dtype=torch.float64)
+    g = torch.randn(shape, dtype=torch.float64)
+    xd = x.to("mydev").requires_grad_()
+    xc = x.clone().requires_grad_()
+    yd, yc = fn(xd, dim), fn(xc, dim)
+    yd.backward(g.to("mydev"))
+    yc.backward(g)
+    assert torch.equal(yd.detach().cpu(), yc.detach())
+    assert torch.equal(xd.grad.cpu(), xc.grad)
+    # A non-contiguous input takes the host aliases, with the same result.
+    t = torch.randn(16, 4, dtype=torch.float64)
+    assert torch.equal(fn(t.to("mydev").t(), 1).cpu(), fn(t.t(), 1))

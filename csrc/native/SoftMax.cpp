@@ -12,6 +12,21 @@
 #include <ATen/ops/_softmax_native.h>
 #include <torch/library.h>
 
+
+namespace my_device::structured {
+// Their impl()s make the input contiguous (a no-op here: RunsOnDeviceTensors
+// is only taken for contiguous operands), view a 0-d input as 1-d, and call
+// the CPU loop through its stub with kCPU.
+template <>
+struct RunsOnDeviceTensors<at::native::structured_softmax_cpu_out> : std::true_type {};
+template <>
+struct RunsOnDeviceTensors<at::native::structured_log_softmax_cpu_out> : std::true_type {};
+template <>
+struct RunsOnDeviceTensors<at::native::structured_softmax_backward_cpu_out> : std::true_type {};
+template <>
+struct RunsOnDeviceTensors<at::native::structured_log_softmax_backward_cpu_out> : std::true_type {};
+} // namespace my_device::structured
+
 namespace my_device {
 namespace {
 

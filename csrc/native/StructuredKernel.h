@@ -451,6 +451,28 @@ std::array<at::Tensor, N> first_tensors(const torch::jit::Stack& stack, std::ind
   return {stack[I].toTensor()...};
 }
 
+// Kernels outside TensorIterator whose impl(), given contiguous operands,
+// calls no other op and reaches its operands only through their data
+// pointers (a softmax: its CPU loop is picked with kCPU, not by the operands'
+// device). Outside strict mode a device address is the host address of the
+// same bytes, so such a kernel run at the call reads the caller's tensors
+// themselves: no host aliases, no HostCall. A family file specialises this for
+// the kernels it has checked, before it instantiates them.
+template <class Base>
+struct RunsOnDeviceTensors : std::false_type {};
+
+template <class... Args>
+bool all_contiguous(const Args&... args) {
+  auto ok = [](const auto& a) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, at::Tensor>) {
+      return !a.defined() || a.is_contiguous();
+    } else {
+      return true;
+    }
+  };
+  return (ok(args) && ...);
+}
+
 // A short TensorIterator kernel on an idle stream runs at the call, over the
 // caller's own tensors, as the CPU runs it: no job holding its arguments, no
 // TensorImpl of the kernel's own, no task. Empty if the call must be queued
@@ -528,6 +550,15 @@ std::array<at::Tensor, N> queue_functional(const char* label, const Args&... arg
                         std::apply([](const auto&... o) { return operand_elements(o...); }, op.outputs));
     // On an idle stream a short kernel runs now, over aliases of the caller's
     // own tensors: no job, no references held, no task (as functional_now).
+    if constexpr (RunsOnDeviceTensors<Base>::value) {
+      if (short_kernel && !strict_mode() && all_contiguous(args...) &&
+          std::apply([](const auto&... o) { return all_contiguous(o...); }, op.outputs)) {
+        const bool ran = launch_if_idle(device, label, [&] {
+          std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs);
+        });
+        if (ran) return std::move(op.outputs);
+      }
+    }
     if (short_kernel) {
       const bool ran = launch_if_idle(device, label, [&] {
         HostOperands host(nullptr);
