@@ -177,3 +177,25 @@ def test_softmax_on_the_device_tensors_themselves(fn, shape, dim):
     # A non-contiguous input takes the host aliases, with the same result.
     t = torch.randn(16, 4, dtype=torch.float64)
     assert torch.equal(fn(t.to("mydev").t(), 1).cpu(), fn(t.t(), 1))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weighted"])
+def test_nll_loss_on_the_device_tensors_themselves(reduction, weighted):
+    # nll_loss_forward on contiguous operands with a non-empty target runs over the caller's tensors
+    # (RunsOnDeviceTensors in LossOps.cpp); an empty target and a strided weight take the host aliases.
+    x = torch.log_softmax(torch.randn(6, 5, dtype=torch.float64), 1)
+    t = torch.tensor([0, 4, 2, -100, 1, 3])
+    w = torch.rand(5, dtype=torch.float64) if weighted else None
+    kw = dict(reduction=reduction, ignore_index=-100)
+    to = lambda v: None if v is None else v.to("mydev")  # noqa: E731
+    assert torch.equal(F.nll_loss(x.to("mydev"), t.to("mydev"), to(w), **kw).cpu(), F.nll_loss(x, t, w, **kw))
+    empty_x, empty_t = torch.empty(0, 5, dtype=torch.float64), torch.empty(0, dtype=torch.long)
+    got = F.nll_loss(empty_x.to("mydev"), empty_t.to("mydev"), to(w), **kw).cpu()
+    assert torch.allclose(got, F.nll_loss(empty_x, empty_t, w, **kw), equal_nan=True)
+    if weighted:
+        wd = torch.rand(10, dtype=torch.float64)
+        strided = wd.to("mydev")[::2]  # a view with stride 2 on the device
+        assert not strided.is_contiguous()
+        assert torch.equal(F.nll_loss(x.to("mydev"), t.to("mydev"), strided, **kw).cpu(),
+                           F.nll_loss(x, t, wd[::2], **kw))

@@ -39,6 +39,25 @@ const at::Tensor& defined_or_empty(const std::optional<at::Tensor>& t) {
   return t ? *t : undefined;
 }
 
+} // namespace
+} // namespace my_device
+
+namespace my_device::structured {
+// On contiguous operands its impl() reads and writes through data pointers
+// only, except for an empty target, whose outputs it fills with other ops.
+// (Not its backward: that zeroes grad_input with zero_().)
+template <>
+struct RunsOnDeviceTensors<at::native::structured_nll_loss_forward_out_cpu> : OnDeviceTensors {
+  template <class... Rest>
+  static bool accepts(const at::Tensor& /*self*/, const at::Tensor& target, const Rest&...) {
+    return target.numel() > 0;
+  }
+};
+} // namespace my_device::structured
+
+namespace my_device {
+namespace {
+
 std::tuple<at::Tensor, at::Tensor> nll_loss_forward(const at::Tensor& self, const at::Tensor& target,
                                                     const std::optional<at::Tensor>& weight, int64_t reduction,
                                                     int64_t ignore_index) {

@@ -18,13 +18,13 @@ namespace my_device::structured {
 // is only taken for contiguous operands), view a 0-d input as 1-d, and call
 // the CPU loop through its stub with kCPU.
 template <>
-struct RunsOnDeviceTensors<at::native::structured_softmax_cpu_out> : std::true_type {};
+struct RunsOnDeviceTensors<at::native::structured_softmax_cpu_out> : OnDeviceTensors {};
 template <>
-struct RunsOnDeviceTensors<at::native::structured_log_softmax_cpu_out> : std::true_type {};
+struct RunsOnDeviceTensors<at::native::structured_log_softmax_cpu_out> : OnDeviceTensors {};
 template <>
-struct RunsOnDeviceTensors<at::native::structured_softmax_backward_cpu_out> : std::true_type {};
+struct RunsOnDeviceTensors<at::native::structured_softmax_backward_cpu_out> : OnDeviceTensors {};
 template <>
-struct RunsOnDeviceTensors<at::native::structured_log_softmax_backward_cpu_out> : std::true_type {};
+struct RunsOnDeviceTensors<at::native::structured_log_softmax_backward_cpu_out> : OnDeviceTensors {};
 } // namespace my_device::structured
 
 namespace my_device {

@@ -457,15 +457,27 @@ std::array<at::Tensor, N> first_tensors(const torch::jit::Stack& stack, std::ind
 // device). Outside strict mode a device address is the host address of the
 // same bytes, so such a kernel run at the call reads the caller's tensors
 // themselves: no host aliases, no HostCall. A family file specialises this for
-// the kernels it has checked, before it instantiates them.
+// the kernels it has checked, before it instantiates them, deriving from
+// OnDeviceTensors; `accepts` adds what else a call must meet (nll_loss: a
+// non-empty target, as it fills an empty one's outputs with other ops).
 template <class Base>
 struct RunsOnDeviceTensors : std::false_type {};
+
+struct OnDeviceTensors : std::true_type {
+  template <class... Args>
+  static bool accepts(const Args&...) {
+    return true;
+  }
+};
 
 template <class... Args>
 bool all_contiguous(const Args&... args) {
   auto ok = [](const auto& a) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, at::Tensor>) {
+    using A = std::decay_t<decltype(a)>;
+    if constexpr (std::is_same_v<A, at::Tensor>) {
       return !a.defined() || a.is_contiguous();
+    } else if constexpr (std::is_same_v<A, HeldOptionalTensor>) {
+      return !a.tensor().defined() || a.tensor().is_contiguous();
     } else {
       return true;
     }
@@ -551,7 +563,7 @@ std::array<at::Tensor, N> queue_functional(const char* label, const Args&... arg
     // On an idle stream a short kernel runs now, over aliases of the caller's
     // own tensors: no job, no references held, no task (as functional_now).
     if constexpr (RunsOnDeviceTensors<Base>::value) {
-      if (short_kernel && !strict_mode() && all_contiguous(args...) &&
+      if (short_kernel && !strict_mode() && all_contiguous(args...) && RunsOnDeviceTensors<Base>::accepts(args...) &&
           std::apply([](const auto&... o) { return all_contiguous(o...); }, op.outputs)) {
         const bool ran = launch_if_idle(device, label, [&] {
           std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs);
