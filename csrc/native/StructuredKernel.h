@@ -561,18 +561,19 @@ std::array<at::Tensor, N> queue_functional(const char* label, const Args&... arg
         is_short_kernel(operand_elements(args...) +
                         std::apply([](const auto&... o) { return operand_elements(o...); }, op.outputs));
     // On an idle stream a short kernel runs now, over aliases of the caller's
-    // own tensors: no job, no references held, no task (as functional_now).
-    if constexpr (RunsOnDeviceTensors<Base>::value) {
-      if (short_kernel && !strict_mode() && all_contiguous(args...) && RunsOnDeviceTensors<Base>::accepts(args...) &&
-          std::apply([](const auto&... o) { return all_contiguous(o...); }, op.outputs)) {
-        const bool ran = launch_if_idle(device, label, [&] {
-          std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs);
-        });
-        if (ran) return std::move(op.outputs);
-      }
-    }
+    // own tensors (or those tensors themselves: RunsOnDeviceTensors): no job,
+    // no references held, no task (as functional_now).
     if (short_kernel) {
+      bool on_device_tensors = false;
+      if constexpr (RunsOnDeviceTensors<Base>::value) {
+        on_device_tensors = !strict_mode() && all_contiguous(args...) && RunsOnDeviceTensors<Base>::accepts(args...) &&
+                            std::apply([](const auto&... o) { return all_contiguous(o...); }, op.outputs);
+      }
       const bool ran = launch_if_idle(device, label, [&] {
+        if (on_device_tensors) {
+          std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs);
+          return;
+        }
         HostOperands host(nullptr);
         auto host_args = std::make_tuple(host.alias(args)...);
         std::array<at::Tensor, N> host_outputs;
