@@ -5,6 +5,8 @@
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -221,6 +223,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     MYDEV_CHECK(mydevTestSetStreamDelay(stream_handle(stream), microseconds));
   });
   m.def("_test_inject_kernel_failure", &inject_kernel_failure);
+  // OpenMP's thread count for the kernels of `device`'s current stream, as its
+  // worker sees it (omp_get_max_threads is per thread; found in the process,
+  // as libtorch_cpu loads it): -1 without OpenMP.
+  m.def("_test_worker_omp_threads", [](int device) {
+    using Fn = int (*)();
+    static const auto omp_max = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+    if (omp_max == nullptr) return -1;
+    auto seen = std::make_shared<std::atomic<int>>(0);
+    const auto d = static_cast<c10::DeviceIndex>(device);
+    launch_async(d, "test worker threads", [seen] { seen->store(omp_max()); });
+    synchronize(d);
+    return seen->load();
+  });
   // bench/bench_launch.py --breakdown: turns the host kernel's stage timing on
   // or off and returns the totals since the last call (ns per stage, calls).
   m.def("_host_kernel_breakdown", [](bool enable) {

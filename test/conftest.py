@@ -42,9 +42,8 @@ def delayed(stream, us=DELAY_US):
         stream.synchronize()
 
 
-def host_kernel_calls(fn):
-    """(fn()'s result, how many calls it sent to the generic host kernel): for tests that an op
-    takes a kernel of its own."""
+def breakdown_counts(fn):
+    """(fn()'s result, the counts my_device._C._host_kernel_breakdown kept while it ran)."""
     torch.mydev.synchronize()
     my_device._C._host_kernel_breakdown(True)
     try:
@@ -52,4 +51,18 @@ def host_kernel_calls(fn):
         torch.mydev.synchronize()
     finally:
         counts = dict(my_device._C._host_kernel_breakdown(False))
+    return out, counts
+
+
+def host_kernel_calls(fn):
+    """(fn()'s result, how many calls it sent to the generic host kernel): for tests that an op
+    takes a kernel of its own."""
+    out, counts = breakdown_counts(fn)
     return out, counts["queued"] + counts["inline"]
+
+
+def host_aliases(fn):
+    """(fn()'s result, how many host aliases the kernels outside TensorIterator it ran at the call
+    made): 0 when they ran over the caller's device tensors (RunsOnDeviceTensors)."""
+    out, counts = breakdown_counts(fn)
+    return out, counts["host_aliases"]

@@ -762,3 +762,22 @@ def test_sync_debug_mode_reports_operations_that_wait_for_the_device():
     finally:
         torch.mydev.set_sync_debug_mode("default")
     torch.testing.assert_close(y.cpu(), torch.sort(x.cpu() * 2 + 1).values.cumsum(0))
+
+
+@pytest.mark.parametrize("threads", [1, 3])  # (neither is OpenMP's default on a 2-core machine)
+def test_stream_workers_take_the_intra_op_thread_setting(python_subprocess, threads):
+    # OpenMP's thread count is per thread: a worker that ran a matrix product before any parallel_for
+    # used every core under torch.set_num_threads(1) (run_kernel_body in core/Launch.h).
+    r = python_subprocess(f"""
+        import torch, my_device
+        torch.set_num_threads({threads})
+        a, w = torch.randn(64, 512), torch.randn(512, 256)
+        side = torch.mydev.Stream()            # a new stream: a new worker
+        with torch.mydev.stream(side):
+            out = torch.mm(a.to("mydev"), w.to("mydev"))   # queued: too large to run at the call
+            seen = my_device._C._test_worker_omp_threads(torch.mydev.current_device())
+        torch.testing.assert_close(out.cpu(), torch.mm(a, w))
+        print("threads", seen)
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"threads {threads}" in r.stdout, r.stdout + r.stderr

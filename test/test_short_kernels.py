@@ -1,7 +1,9 @@
 """Short structured kernels outside TensorIterator (softmax, sum, mm/addmm/bmm, nll_loss) on an idle
-stream run at the call over host aliases of the caller's tensors, which a thread's later calls reuse
-(StructuredKernel.h: queue_functional, HostOperands). Results against the CPU's, errors at the call as
-the CPU's, the queued path when the stream is busy, and strict mode in a subprocess."""
+stream run at the call: over the caller's own device tensors where the family file opted in
+(RunsOnDeviceTensors), the ops they call on them running at once inside them (launch_is_nested),
+otherwise over host aliases of those tensors, which a thread's later calls reuse (StructuredKernel.h:
+queue_functional, HostOperands). Results against the CPU's, errors at the call as the CPU's, the
+queued path when the stream is busy, and strict mode in a subprocess."""
 import os
 import subprocess
 import sys
@@ -13,7 +15,7 @@ import torch.nn.functional as F
 
 import my_device  # noqa: F401
 
-from conftest import delayed
+from conftest import delayed, host_aliases
 
 
 def _inputs(dtype, seed=0):
@@ -39,6 +41,11 @@ OPS = {
     "addmm_scaled": lambda d: torch.addmm(d["bias"], d["a"], d["w"], beta=0.5, alpha=-2.0),
     "addmm_self_aliases_mat": lambda d: torch.addmm(d["sq"][0], d["sq"][:4], d["sq"]),
     "bmm": lambda d: torch.bmm(d["b3"], d["c3"]),
+    # Copies between tensors of the device that convert or restride (copy_at_call in Copy.cpp).
+    "contiguous_t": lambda d: d["a"].t().contiguous(),
+    "to_half_strided": lambda d: d["a"][:, ::2].to(torch.float16),
+    "copy_broadcast": lambda d: torch.empty_like(d["a"]).copy_(d["a"][1]),
+    "addmm_dense_bias": lambda d: torch.addmm(d["a"][:, :8].contiguous(), d["a"], d["w"]),
 }
 
 
@@ -136,7 +143,7 @@ def test_strict_mode_at_the_call_and_queued():
     # MYDEV_STRICT=1: a device address read by host code (a kernel included) crashes the process.
     script = textwrap.dedent("""
         import torch, torch.nn.functional as F, my_device
-        from conftest import delayed
+        from conftest import delayed, host_aliases
         import test_short_kernels as t
         cpu = t._inputs(torch.float32)
         dev = {k: v.to("mydev") for k, v in cpu.items()}
@@ -174,16 +181,19 @@ def test_softmax_on_the_device_tensors_themselves(fn, shape, dim):
     yc.backward(g)
     assert torch.equal(yd.detach().cpu(), yc.detach())
     assert torch.equal(xd.grad.cpu(), xc.grad)
-    # A non-contiguous input takes the host aliases, with the same result.
+    # A non-contiguous input: impl() makes it contiguous with an op, run at once inside it.
     t = torch.randn(16, 4, dtype=torch.float64)
-    assert torch.equal(fn(t.to("mydev").t(), 1).cpu(), fn(t.t(), 1))
+    td = t.to("mydev")
+    got, aliases = host_aliases(lambda: fn(td.t(), 1))
+    assert torch.equal(got.cpu(), fn(t.t(), 1))
+    assert aliases == 0
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weighted"])
 def test_nll_loss_on_the_device_tensors_themselves(reduction, weighted):
-    # nll_loss_forward on contiguous operands with a non-empty target runs over the caller's tensors
-    # (RunsOnDeviceTensors in LossOps.cpp); an empty target and a strided weight take the host aliases.
+    # nll_loss forward and backward run over the caller's tensors (RunsOnDeviceTensors in
+    # LossOps.cpp), an empty target's fills and a strided weight's contiguous() inside them.
     x = torch.log_softmax(torch.randn(6, 5, dtype=torch.float64), 1)
     t = torch.tensor([0, 4, 2, -100, 1, 3])
     w = torch.rand(5, dtype=torch.float64) if weighted else None
@@ -199,3 +209,75 @@ def test_nll_loss_on_the_device_tensors_themselves(reduction, weighted):
         assert not strided.is_contiguous()
         assert torch.equal(F.nll_loss(x.to("mydev"), t.to("mydev"), strided, **kw).cpu(),
                            F.nll_loss(x, t, wd[::2], **kw))
+
+
+def _at_call_cases():
+    g = torch.Generator().manual_seed(1)
+    r = lambda *s, dtype=torch.float64: torch.randn(*s, dtype=dtype, generator=g)  # noqa: E731
+    a, sq, w, bias, col = r(4, 16), r(16, 16), r(16, 8), r(8), r(4, 1)
+    ints = torch.randint(-5, 5, (4, 16), generator=g)
+    return {
+        # sum: zero_() of an empty input, fill_() of the cascade sum's output, all inside the kernel.
+        "sum_all": (lambda t: t[0].sum(), [a]),
+        "sum_dims_keepdim": (lambda t: t[0].sum((0, 1), keepdim=True), [a]),
+        "sum_dim1_float32": (lambda t: t[0].sum(1, dtype=torch.float32), [a]),
+        "sum_strided": (lambda t: t[0][:, ::3].t().sum(0), [a]),
+        "sum_int": (lambda t: t[0].sum(1), [ints]),
+        "sum_empty": (lambda t: t[0][:0].sum(0), [a]),
+        # mm/addmm: transposed operands go to BLAS as they are; one BLAS cannot take is cloned;
+        # addmm copies its (broadcast) bias into its output first, unless beta is 0.
+        "mm": (lambda t: torch.mm(t[0], t[1]), [a, w]),
+        "mm_transposed": (lambda t: torch.mm(t[1].t(), t[0].t()), [a, w]),
+        "mm_cloned_operand": (lambda t: torch.mm(t[0][:, ::2], t[1][::2]), [a, w]),
+        "mm_empty_k": (lambda t: torch.mm(t[0][:, :0], t[1][:0]), [a, w]),
+        "addmm": (lambda t: torch.addmm(t[2], t[0], t[1]), [a, w, bias]),
+        "addmm_linear": (lambda t: torch.addmm(t[2], t[0], t[1].t()), [a, sq[:8], bias]),
+        "addmm_column_bias": (lambda t: torch.addmm(t[2], t[0], t[1], beta=-0.5, alpha=3.0), [a, w, col]),
+        "addmm_beta0": (lambda t: torch.addmm(t[2], t[0], t[1], beta=0), [a, w, bias.clone().fill_(float("nan"))]),
+        "addmm_self_is_mat": (lambda t: torch.addmm(t[0][:4, :4], t[0][:4], t[0][:, :4]), [sq]),
+        # A dense bias: its copy into the output would be a runtime memcpy, queued behind the kernel.
+        "addmm_dense_bias": (lambda t: torch.addmm(t[2], t[0], t[1]), [a, w, r(4, 8)]),
+    }
+
+
+@pytest.mark.parametrize("name", list(_at_call_cases()))
+def test_at_the_call_over_the_device_tensors_themselves(name):
+    # Each runs at the call, over the caller's device tensors (no host alias made); the ops its CPU
+    # impl() calls on them run at once inside it (launch_is_nested). Bit for bit the CPU's result:
+    # the same loops over the same bytes with the same strides.
+    fn, cpu = _at_call_cases()[name]
+    dev = [t.to("mydev") for t in cpu]
+    got, aliases = host_aliases(lambda: fn(dev))
+    expected = fn(cpu)
+    assert got.dtype == expected.dtype and got.shape == expected.shape and got.stride() == expected.stride()
+    assert torch.equal(got.cpu(), expected)
+    assert aliases == 0
+    # The inputs are untouched, and the device works on.
+    for d, c in zip(dev, cpu):
+        torch.testing.assert_close(d.cpu(), c, rtol=0, atol=0, equal_nan=True)
+
+
+def test_a_reduced_float_sum_takes_the_host_aliases():
+    # bfloat16: the CPU's sum takes an extra-precision path for CPU iterators only
+    # (should_use_acc_buffer), so RunsOnDeviceTensors<sum>::accepts turns it down.
+    base = torch.randn(8, 3, 5).to(torch.bfloat16)
+    x, xd = base.permute(2, 0, 1), base.to("mydev").permute(2, 0, 1)
+    got, aliases = host_aliases(lambda: xd.sum((1, 2)))
+    assert torch.equal(got.cpu(), x.sum((1, 2)))
+    assert aliases > 0
+
+
+def test_nested_ops_of_a_call_on_a_busy_stream_stay_in_order():
+    # Queued behind held-back work, the same calls run over host aliases on the worker, after what
+    # was queued before them (an in-place update of their input).
+    a = torch.randn(4, 16, dtype=torch.float64)
+    w = torch.randn(16, 8, dtype=torch.float64)
+    ad, wd = a.to("mydev"), w.to("mydev")
+    s = torch.mydev.default_stream()
+    torch.mydev.synchronize()
+    with delayed(s):
+        ad.mul_(2)
+        total, prod = ad[:, ::2].sum(0), torch.addmm(wd[0], ad, wd)
+        assert not s.query()
+    torch.testing.assert_close(total.cpu(), (a * 2)[:, ::2].sum(0), rtol=0, atol=0)
+    torch.testing.assert_close(prod.cpu(), torch.addmm(w[0], a * 2, w), rtol=0, atol=0)

@@ -65,7 +65,7 @@ KernelScope::~KernelScope() {
 }
 
 KernelContext kernel_context(c10::DeviceIndex device, mydevStream_t stream) {
-  return {device, stream, free_clock(device)};
+  return {device, stream, free_clock(device), false};
 }
 
 KernelContext kernel_context(c10::DeviceIndex device) {

@@ -14,6 +14,8 @@
 // launch_inline: the kernel runs now, on this thread, after all work queued on
 //   the stream: for kernels whose output shapes are only known by running them
 //   (host kernels). Its exception propagates directly.
+#include <ATen/Parallel.h>
+
 #include <exception>
 #include <memory>
 #include <optional>
@@ -66,6 +68,7 @@ struct KernelContext {
   c10::DeviceIndex device;
   mydevStream_t stream;
   uint64_t epoch;
+  bool at_call;  // run by launch_if_idle on the launching thread (launch_is_nested)
 };
 const KernelContext* current_kernel();
 inline bool in_kernel() {
@@ -132,6 +135,13 @@ inline bool is_short_kernel(int64_t elements) {
 // kept for a host thread; a body run on the launching host thread warns there.
 template <bool kOnWorker, class F>
 int run_kernel_body(const KernelContext& context, c10::DeviceIndex device, const char* label, F& body) {
+  // OpenMP's and MKL's thread counts are per thread. PyTorch's own threads take
+  // torch.set_num_threads' setting when they first run parallel code (parallel_for
+  // calls this), but a BLAS call does not: a worker whose first kernel was a
+  // matrix product ran it, and every later one, on all cores, competing with the
+  // host thread (a queued (16,512)@(512,64) addmm under set_num_threads(1)
+  // measured 1.15-1.84x CPU's time, and 1.0-1.1x once set).
+  if constexpr (kOnWorker) at::internal::lazy_init_num_threads();
   try {
     KernelScope in_kernel(context);
     std::optional<c10::WarningUtils::WarningHandlerGuard> keep_warnings;
@@ -153,6 +163,21 @@ int run_kernel_body(const KernelContext& context, c10::DeviceIndex device, const
 // a failure is reported here; its warnings are raised by the call that ran it.
 void finish_launch(c10::DeviceIndex device, mydevError_t err);
 
+// Whether a launch onto `device`'s `stream` comes from inside a kernel that
+// launch_if_idle runs at the call on that stream. Such a kernel is CPU code
+// (a structured impl() over the caller's device tensors) that may call ops on
+// device tensors itself: the CPU's sum zeroes its output with fill_(), addmm
+// copies its bias into its output with copy_(), a softmax makes its input
+// contiguous. It reads their results as soon as they return, as on the CPU;
+// queued, they would run after the kernel that needs them. So the launches of
+// such nested calls run at once, inside the calling kernel, which holds the
+// stream: nothing queued can come between. A failure propagates to the
+// calling kernel, which reports it under its own name.
+inline bool launch_is_nested(c10::DeviceIndex device, mydevStream_t stream) {
+  const KernelContext* k = current_kernel();
+  return k != nullptr && k->at_call && k->device == device && k->stream == stream;
+}
+
 // `short_kernel`: see kShortKernelElements. Either way errors are reported at
 // the next synchronisation.
 template <class F>
@@ -165,8 +190,12 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
     const char* label;
     KernelContext context;
   };
-  reap_finished_kernels();
   const mydevStream_t stream = current_stream_handle(device);
+  if (launch_is_nested(device, stream)) {
+    body();
+    return;
+  }
+  reap_finished_kernels();
   auto* task = new Task(std::forward<F>(body), device, stream, label);
   auto trampoline = [](void* data) -> int {
     auto* t = static_cast<Task*>(data);
@@ -188,9 +217,13 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
 // Whether `device`'s current stream has nothing queued or running: a hint for
 // launch_if_idle's callers, which decide by it whether to prepare a kernel
 // that reads their own arguments (the launch itself decides).
+// A launch nested in a kernel run at the call finds it idle: launch_if_idle
+// then runs it at once (launch_is_nested).
 inline bool stream_idle(c10::DeviceIndex device) {
+  const mydevStream_t stream = current_stream_handle(device);
+  if (launch_is_nested(device, stream)) return true;
   RuntimeDeviceGuard on_device(device);  // see launch_async
-  return mydevStreamQuery(current_stream_handle(device)) == mydevSuccess;
+  return mydevStreamQuery(stream) == mydevSuccess;
 }
 
 // A short kernel (kShortKernelElements) that runs now, on this thread, if
@@ -201,14 +234,19 @@ inline bool stream_idle(c10::DeviceIndex device) {
 // a queued kernel's.
 template <class F>
 bool launch_if_idle(c10::DeviceIndex device, const char* label, F&& body) {
-  reap_finished_kernels();
   const mydevStream_t stream = current_stream_handle(device);
+  if (launch_is_nested(device, stream)) {
+    body();
+    return true;
+  }
+  reap_finished_kernels();
   struct Closure {
     std::remove_reference_t<F>* body;
     c10::DeviceIndex device;
     const char* label;
     KernelContext context;
   } closure{&body, device, label, kernel_context(device, stream)};
+  closure.context.at_call = true;
   auto trampoline = [](void* data) -> int {
     auto* c = static_cast<Closure*>(data);
     return run_kernel_body<false>(c->context, c->device, c->label, *c->body);  // always on this thread

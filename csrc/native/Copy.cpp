@@ -2,9 +2,14 @@
 // through runtime copies of dense, identically laid-out ranges; dtype
 // conversion and restriding happen on one side of the boundary (on the host,
 // or in a host kernel on the device), as a real device would do them.
+// First: it sets up DispatchStub's declarations as the wheel's (copy_stub).
+#include "StructuredKernel.h"
+
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Dispatch_v2.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/native/Copy.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
@@ -104,16 +109,49 @@ bool copy_may_complain(const at::Tensor& src, const at::Tensor& dst) {
          (src.is_complex() && !dst.is_complex());
 }
 
-// dst.copy_(src) with both tensors on the same mydev device. A copy that
-// converts or restrides is a kernel like any other, queued on the stream: the
-// CPU's copy_ over host aliases of the two, on the worker.
+// A copy between two tensors of one device run at the call, over the tensors
+// themselves, with the CPU's copy loop and the iterator the CPU's copy_ builds:
+// a short copy on an idle stream (clone, contiguous()), and any copy launched
+// from inside a kernel run at the call (addmm copying its bias into its
+// output), which must be done when it returns (launch_is_nested). Not for
+// conjugate or negative bits, which the CPU's copy_ resolves with further ops
+// after the loop. False if it did not run.
+bool copy_at_call(const at::Tensor& src, const at::Tensor& dst) {
+  if (src.is_conj() || dst.is_conj() || src.is_neg() || dst.is_neg() || src.is_quantized() || dst.is_quantized()) {
+    return false;
+  }
+  const c10::DeviceIndex device = dst.device().index();
+  if (!stream_idle(device)) return false;
+  at::TensorIterator iter = at::TensorIteratorConfig()
+                                .add_output(dst)
+                                .add_const_input(src)
+                                .resize_outputs(false)
+                                .check_all_same_dtype(false)
+                                .check_all_same_device(false)
+                                .build();
+  return launch_if_idle(device, "aten::copy_", [&] {
+    structured::use_kernel_addresses(iter);
+    at::native::copy_stub(c10::DeviceType::CPU, iter, /*non_blocking=*/false);
+  });
+}
+
+// dst.copy_(src) with both tensors on the same mydev device. A dense copy is
+// the runtime's memcpy. A copy that converts or restrides is a kernel like any
+// other: a short one on an idle stream runs at the call (copy_at_call), the
+// others are queued, the CPU's copy_ over host aliases of the two, on the
+// worker. From inside a kernel run at the call, every copy runs at once.
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
-  if (bytewise_copyable(src, dst) && src.storage().data() != dst.storage().data()) {
+  const c10::DeviceIndex device = dst.device().index();
+  const bool nested = launch_is_nested(device, current_stream_handle(device));
+  // (Shown as a memcpy by the profiler, as CUDA's. Not from inside a kernel:
+  // the runtime would queue it behind that kernel.)
+  if (!nested && bytewise_copyable(src, dst) && src.storage().data() != dst.storage().data()) {
     runtime_copy(src, dst);
     return;
   }
-  const c10::DeviceIndex device = dst.device().index();
-  if (copy_may_complain(src, dst)) {
+  const bool may_complain = copy_may_complain(src, dst);
+  if (!may_complain && (nested || is_short_kernel(dst.numel())) && copy_at_call(src, dst)) return;
+  if (nested || may_complain) {
     run_on_host(device, [&](HostCall& call) {
       call.to_host(dst).copy_(call.to_host(src));
       return true;

@@ -11,6 +11,17 @@
 #include <ATen/ops/mm_native.h>
 #include <torch/library.h>
 
+namespace my_device::structured {
+// mm's and addmm's impl() call BLAS on the data pointers, with the operands'
+// strides; an operand BLAS cannot take as it is gets cloned, and addmm copies
+// its bias into the output (ops on the tensors). On x86 it has no oneDNN path.
+// (Not bmm: its impl() may hand the tensors to oneDNN, which takes CPU tensors only.)
+template <>
+struct RunsOnDeviceTensors<at::native::structured_mm_out_cpu> : OnDeviceTensors {};
+template <>
+struct RunsOnDeviceTensors<at::native::structured_addmm_out_cpu> : OnDeviceTensors {};
+} // namespace my_device::structured
+
 namespace my_device {
 namespace {
 

@@ -43,16 +43,12 @@ const at::Tensor& defined_or_empty(const std::optional<at::Tensor>& t) {
 } // namespace my_device
 
 namespace my_device::structured {
-// On contiguous operands its impl() reads and writes through data pointers
-// only, except for an empty target, whose outputs it fills with other ops.
-// (Not its backward: that zeroes grad_input with zero_().)
+// Their impl()s loop over data pointers; the rest are ops on the tensors
+// (contiguous(), the backward's zero_(), an empty target's fills).
 template <>
-struct RunsOnDeviceTensors<at::native::structured_nll_loss_forward_out_cpu> : OnDeviceTensors {
-  template <class... Rest>
-  static bool accepts(const at::Tensor& /*self*/, const at::Tensor& target, const Rest&...) {
-    return target.numel() > 0;
-  }
-};
+struct RunsOnDeviceTensors<at::native::structured_nll_loss_forward_out_cpu> : OnDeviceTensors {};
+template <>
+struct RunsOnDeviceTensors<at::native::structured_nll_loss_backward_out_cpu> : OnDeviceTensors {};
 } // namespace my_device::structured
 
 namespace my_device {

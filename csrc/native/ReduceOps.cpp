@@ -1,16 +1,35 @@
 // sum over dimensions (losses, bias gradients, normalisations) as a queued
 // structured kernel (StructuredKernel.h). A reduction's impl() builds its own
-// TensorIterator, so it runs on host aliases of the device tensors.
+// TensorIterator: queued, it runs on host aliases of the device tensors.
 #include "StructuredKernel.h"
 
+#include <ATen/native/ReduceOps.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/sum_native.h>
 #include <torch/library.h>
+
+namespace my_device::structured {
+// Run at the call, its TensorIterator is over the device tensors: it calls
+// sum_stub with their device type (mirrored below) and zeroes or fills its
+// output with ops. A reduced float sum takes an extra-precision path on the
+// CPU only (should_use_acc_buffer asks for a CPU iterator): host aliases.
+template <>
+struct RunsOnDeviceTensors<at::native::structured_sum_out> : OnDeviceTensors {
+  static bool accepts(const at::Tensor& self, const HeldIntList&, bool, const std::optional<at::ScalarType>& dtype) {
+    return !at::isReducedFloatingType(self.scalar_type()) && !(dtype && at::isReducedFloatingType(*dtype));
+  }
+};
+} // namespace my_device::structured
 
 namespace my_device {
 namespace {
 
 using namespace structured;
+
+const bool g_stubs_mirrored = [] {
+  mirror_cpu_stub(at::native::sum_stub);
+  return true;
+}();
 
 // Real dtypes only: the CPU kernel's dtype errors (ComplexHalf, float8) and
 // its complex-to-real cast warning must come at the call, from the host kernel.

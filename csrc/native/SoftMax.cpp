@@ -14,8 +14,7 @@
 
 
 namespace my_device::structured {
-// Their impl()s make the input contiguous (a no-op here: RunsOnDeviceTensors
-// is only taken for contiguous operands), view a 0-d input as 1-d, and call
+// Their impl()s make the input contiguous, view a 0-d input as 1-d, and call
 // the CPU loop through its stub with kCPU.
 template <>
 struct RunsOnDeviceTensors<at::native::structured_softmax_cpu_out> : OnDeviceTensors {};

@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "Factory.h"
+#include "hostkernel/Breakdown.h"
 #include "hostkernel/HostKernel.h"
 #include "core/JobPool.h"
 #include "core/KernelArgs.h"
@@ -338,6 +339,7 @@ class HostOperands {
     for (const auto& entry : tensors_) {
       if (entry.device == impl) return entry.host;
     }
+    if (held_ == nullptr) breakdown::count_host_alias();
     c10::StorageImpl* const device_storage = t.storage().unsafeGetStorageImpl();
     const c10::Storage* host_storage = nullptr;
     for (const auto& [device, host] : storages_) {
@@ -451,15 +453,17 @@ std::array<at::Tensor, N> first_tensors(const torch::jit::Stack& stack, std::ind
   return {stack[I].toTensor()...};
 }
 
-// Kernels outside TensorIterator whose impl(), given contiguous operands,
-// calls no other op and reaches its operands only through their data
-// pointers (a softmax: its CPU loop is picked with kCPU, not by the operands'
-// device). Outside strict mode a device address is the host address of the
-// same bytes, so such a kernel run at the call reads the caller's tensors
-// themselves: no host aliases, no HostCall. A family file specialises this for
-// the kernels it has checked, before it instantiates them, deriving from
-// OnDeviceTensors; `accepts` adds what else a call must meet (nll_loss: a
-// non-empty target, as it fills an empty one's outputs with other ops).
+// Kernels outside TensorIterator whose impl() reaches its operands through
+// their data pointers, or through ops on them, and its loops through a stub
+// called with kCPU or mirrored into the PrivateUse1 slot (mirror_cpu_stub).
+// Outside strict mode a device address is the host address of the same bytes,
+// so such a kernel run at the call reads the caller's tensors themselves: no
+// host aliases, no HostCall. The ops its impl() calls on them (sum's fill_(),
+// addmm's copy_(), a softmax's contiguous()) run at once, inside it
+// (launch_is_nested), as the CPU runs them. A family file specialises this for
+// the kernels it has read, before it instantiates them, deriving from
+// OnDeviceTensors; `accepts` adds what else a call must meet (sum: no reduced
+// float, whose CPU loop takes a path only for CPU tensors).
 template <class Base>
 struct RunsOnDeviceTensors : std::false_type {};
 
@@ -469,21 +473,6 @@ struct OnDeviceTensors : std::true_type {
     return true;
   }
 };
-
-template <class... Args>
-bool all_contiguous(const Args&... args) {
-  auto ok = [](const auto& a) {
-    using A = std::decay_t<decltype(a)>;
-    if constexpr (std::is_same_v<A, at::Tensor>) {
-      return !a.defined() || a.is_contiguous();
-    } else if constexpr (std::is_same_v<A, HeldOptionalTensor>) {
-      return !a.tensor().defined() || a.tensor().is_contiguous();
-    } else {
-      return true;
-    }
-  };
-  return (ok(args) && ...);
-}
 
 // A short TensorIterator kernel on an idle stream runs at the call, over the
 // caller's own tensors, as the CPU runs it: no job holding its arguments, no
@@ -566,8 +555,7 @@ std::array<at::Tensor, N> queue_functional(const char* label, const Args&... arg
     if (short_kernel) {
       bool on_device_tensors = false;
       if constexpr (RunsOnDeviceTensors<Base>::value) {
-        on_device_tensors = !strict_mode() && all_contiguous(args...) && RunsOnDeviceTensors<Base>::accepts(args...) &&
-                            std::apply([](const auto&... o) { return all_contiguous(o...); }, op.outputs);
+        on_device_tensors = !strict_mode() && RunsOnDeviceTensors<Base>::accepts(args...);
       }
       const bool ran = launch_if_idle(device, label, [&] {
         if (on_device_tensors) {

@@ -26,10 +26,14 @@ enum Stage : int {
 extern std::atomic<bool> g_enabled;
 
 void add(Stage stage, int64_t ns);
-// Per stage: (name, total ns), then ("queued", calls) and ("inline", calls);
-// resets the totals.
+// Per stage: (name, total ns), then ("queued", calls), ("inline", calls) and
+// ("host_aliases", count); resets the totals.
 std::vector<std::pair<std::string, int64_t>> take();
 void count(bool queued);
+// A host alias made for a kernel outside TensorIterator run at the call
+// (HostOperands, StructuredKernel.h): tests tell by it whether the kernel ran
+// over the caller's own tensors instead (RunsOnDeviceTensors).
+void count_host_alias();
 
 // Marks the end of each stage on this thread.
 class Clock {
