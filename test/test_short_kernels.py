@@ -3,7 +3,7 @@ stream run at the call: over the caller's own device tensors where the family fi
 (RunsOnDeviceTensors), the ops they call on them running at once inside them (launch_is_nested),
 otherwise over host aliases of those tensors, which a thread's later calls reuse (StructuredKernel.h:
 queue_functional, HostOperands). Results against the CPU's, errors at the call as the CPU's, the
-queued path when the stream is busy, and strict mode in a subprocess."""
+queued path when the stream is busy, and strict and blocking modes in subprocesses."""
 import os
 import subprocess
 import sys
@@ -139,11 +139,13 @@ def test_target_out_of_range_at_the_call_is_reported_at_the_next_synchronisation
     torch.testing.assert_close(F.nll_loss(d, t.to("mydev")).cpu(), F.nll_loss(x, t))
 
 
-def test_strict_mode_at_the_call_and_queued():
+@pytest.mark.parametrize("env", [{"MYDEV_STRICT": "1"}, {"MYDEV_LAUNCH_BLOCKING": "1"}], ids=["strict", "blocking"])
+def test_other_modes_at_the_call_and_queued(env):
     # MYDEV_STRICT=1: a device address read by host code (a kernel included) crashes the process.
+    # MYDEV_LAUNCH_BLOCKING=1: every launch runs at the call, in stream order, nested ones included.
     script = textwrap.dedent("""
         import torch, torch.nn.functional as F, my_device
-        from conftest import delayed, host_aliases
+        from conftest import delayed
         import test_short_kernels as t
         cpu = t._inputs(torch.float32)
         dev = {k: v.to("mydev") for k, v in cpu.items()}
@@ -156,14 +158,16 @@ def test_strict_mode_at_the_call_and_queued():
                 out = {n: fn(dev) for n, fn in t.OPS.items()}
             for n, fn in t.OPS.items():
                 torch.testing.assert_close(out[n].cpu(), fn(cpu), msg=n)
-        print("strict ok")
+        for n, (fn, args) in t._at_call_cases().items():
+            torch.testing.assert_close(fn([a.to("mydev") for a in args]).cpu(), fn(args), rtol=0, atol=0, msg=n)
+        print("mode ok")
     """)
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, MYDEV_STRICT="1",
+    env = dict(os.environ, **env,
                PYTHONPATH=os.pathsep.join([here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
                        cwd=here)
-    assert r.returncode == 0 and "strict ok" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+    assert r.returncode == 0 and "mode ok" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
 
 
 @pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])

@@ -218,12 +218,11 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
 // launch_if_idle's callers, which decide by it whether to prepare a kernel
 // that reads their own arguments (the launch itself decides).
 // A launch nested in a kernel run at the call finds it idle: launch_if_idle
-// then runs it at once (launch_is_nested).
+// then runs it at once (launch_is_nested, asked only of a busy stream).
 inline bool stream_idle(c10::DeviceIndex device) {
   const mydevStream_t stream = current_stream_handle(device);
-  if (launch_is_nested(device, stream)) return true;
   RuntimeDeviceGuard on_device(device);  // see launch_async
-  return mydevStreamQuery(stream) == mydevSuccess;
+  return mydevStreamQuery(stream) == mydevSuccess || launch_is_nested(device, stream);
 }
 
 // A short kernel (kShortKernelElements) that runs now, on this thread, if
@@ -234,12 +233,8 @@ inline bool stream_idle(c10::DeviceIndex device) {
 // a queued kernel's.
 template <class F>
 bool launch_if_idle(c10::DeviceIndex device, const char* label, F&& body) {
-  const mydevStream_t stream = current_stream_handle(device);
-  if (launch_is_nested(device, stream)) {
-    body();
-    return true;
-  }
   reap_finished_kernels();
+  const mydevStream_t stream = current_stream_handle(device);
   struct Closure {
     std::remove_reference_t<F>* body;
     c10::DeviceIndex device;
@@ -254,7 +249,13 @@ bool launch_if_idle(c10::DeviceIndex device, const char* label, F&& body) {
   RuntimeDeviceGuard on_device(device);  // see launch_async
   const mydevError_t err =
       mydevLaunchHostFuncEx(stream, trampoline, &closure, label, mydevLaunchShortTask | mydevLaunchIdleOnly);
-  if (err == mydevErrorNotReady) return false;
+  if (err == mydevErrorNotReady) {
+    // (The stream is busy with the kernel this one is nested in, if any:
+    // asked here, off the idle path.)
+    if (!launch_is_nested(device, stream)) return false;
+    body();
+    return true;
+  }
   finish_launch(device, err);
   return true;
 }
