@@ -51,6 +51,11 @@ def test_sweep_writes_a_report_and_compares_with_a_baseline(tmp_path):
 
     # and one in which relu's forward passed, then a run where it fails
     assert report.compare([dict(data["results"][0], outcome="fail")], [data["results"][0]])[0]
+    # a skipped test that now runs and fails (its manifest entry stopped applying) regresses; one
+    # that is skipped now is no regression
+    skipped = dict(data["results"][0], outcome="skip")
+    assert report.compare([dict(skipped, outcome="fail")], [skipped])[0]
+    assert not report.compare([skipped], [dict(skipped, outcome="xfail")])[0]
 
 
 def test_unknown_op_is_an_error(tmp_path):

@@ -98,7 +98,9 @@ def module_figures(results):
 
 
 def compare(results, baseline):
-    """(regressions, improvements): (test, op, dtype, old, new) that left or reached 'pass'.
+    """(regressions, improvements): (test, op, dtype, old, new) that left or reached 'pass'. A test
+    that fails or crashes where it was skipped or expected to fail regresses too: a manifest
+    entry that stopped applying is no smaller a change than a pass that stopped passing.
 
     Only tests run in both reports are compared (a narrower run is no
     regression), except that an op that crashed regresses every test it passed."""
@@ -108,7 +110,8 @@ def compare(results, baseline):
     old, new = index(baseline), index(results)
     crashed = {r["op"] for r in results if r["outcome"] == "crash"}
     regressions = [(*k, old[k], "crash" if k[1] in crashed else new[k]) for k in sorted(old, key=str)
-                   if old[k] == "pass" and (k[1] in crashed or new.get(k, "pass") != "pass")]
+                   if (old[k] == "pass" and (k[1] in crashed or new.get(k, "pass") != "pass"))
+                   or (old[k] != new.get(k, old[k]) and new.get(k) in ("fail", "crash"))]
     improvements = [(*k, old[k], new[k]) for k in sorted(new, key=str)
                     if new[k] == "pass" and old.get(k, "pass") != "pass"]
     return regressions, improvements
