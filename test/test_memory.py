@@ -89,6 +89,12 @@ def test_a_free_returns_the_block_to_its_own_device():
     x = torch.ones(1000, device="mydev:1")
     y = torch.ones(1000, device="mydev:0")
     assert [torch.mydev.memory_allocated(d) - base[d] for d in (0, 1)] == [4096, 4096]
+    # A queued kernel holds blocks under KernelArgs::kLeaseMinBytes by
+    # reference until it has run (KernelArgs.h): the ones() fills ran at the
+    # call on an idle stream, but on a stream still busy with an earlier
+    # test's work they were queued, and `del` alone would not free the block.
+    torch.mydev.synchronize(0)
+    torch.mydev.synchronize(1)
     with torch.mydev.device(0):
         del x
     assert [torch.mydev.memory_allocated(d) - base[d] for d in (0, 1)] == [4096, 0]
