@@ -75,6 +75,7 @@ def test_views_and_devices_keep_geometry():
 
 def test_memory_outlives_producer():
     t = torch.arange(6.0, device="mydev")
+    torch.mydev.synchronize()  # a queued arange would hold the block itself (KernelArgs.h)
     ptr = t.data_ptr()
     u = torch.from_dlpack(t)
     allocated = torch.mydev.memory_allocated()
