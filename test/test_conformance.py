@@ -27,8 +27,9 @@ under every seed tried). Every other result must match the CPU's.
 
 What runs: my_device/conformance/selection.py (CI subset by default,
 MYDEV_CONFORMANCE=full for everything); expected failures and skips:
-my_device/conformance/manifest.py, applied with set_test_configs. The generated
-class is TestConformancePRIVATEUSE1; test names end in _mydev_<dtype>.
+my_device/conformance/manifest.py, carried by the OpInfos as their own
+DecorateInfos (manifest.with_entries). The generated class is
+TestConformancePRIVATEUSE1; test names end in _mydev_<dtype>.
 """
 import torch
 from torch.testing._internal.common_device_type import (
@@ -44,13 +45,13 @@ import my_device
 from my_device.conformance import manifest, selection
 
 ALLOWLIST = selection.op_allowlist(op_db)
-PrivateUse1TestBase.set_test_configs(op_allowlist=ALLOWLIST, op_overrides=manifest.op_overrides())
+PrivateUse1TestBase.set_test_configs(op_allowlist=ALLOWLIST)
 DTYPES = selection.dtypes()
 SEED = 1234
 
 # The op lists of the tests, already narrowed to the allowlist: @ops refuses a
 # list the allowlist empties, so a test with nothing to run is removed instead.
-SELECTED = [op for op in op_db if ALLOWLIST is None or op.full_name in ALLOWLIST]
+SELECTED = manifest.with_entries([op for op in op_db if ALLOWLIST is None or op.full_name in ALLOWLIST])
 OUT_OPS = [op for op in SELECTED if op.supports_out]
 INPLACE_OPS = [op for op in SELECTED if op.inplace_variant is not None]
 AUTOGRAD_OPS = [op for op in SELECTED if op.supports_autograd]

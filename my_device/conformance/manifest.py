@@ -1,10 +1,9 @@
 """Expected failures and skips of the mydev conformance suite, and the CI subset.
 
 This is the only place a conformance test may be skipped or marked as an
-expected failure, and every entry says why. test/test_conformance.py hands the
-entries to PyTorch's device-test framework through
-PrivateUse1TestBase.set_test_configs(op_overrides=...), so they act like an
-OpInfo's own DecorateInfo skips, restricted to mydev.
+expected failure, and every entry says why. test/test_conformance.py runs copies
+of the OpInfos that carry the entries as DecorateInfos of their own
+(with_entries), so they act like an OpInfo's own skips, restricted to mydev.
 
 An entry:
     Entry(op, kind, reason, tests=(), dtypes=())
@@ -13,6 +12,7 @@ fail: it starts failing the suite when it passes, so fixed ops get noticed) or
 SKIP (it is not run: for crashes and hangs only); tests are test names without
 the device/dtype suffix ("test_forward"), () for all; dtypes () for all.
 """
+import copy
 import unittest
 from typing import NamedTuple
 
@@ -108,18 +108,46 @@ def _decorator(entry):
     raise ValueError(f"manifest entry for {entry.op}: kind must be XFAIL or SKIP, not {entry.kind!r}")
 
 
-def op_overrides():
-    """The entries as set_test_configs(op_overrides=...) wants them: full_name -> [DecorateInfo]."""
+def _on_backend(param_kwargs):
+    """Whether an instantiated test runs on the PrivateUse1 device (mydev), from the device it is given."""
+    device = param_kwargs.get("device")
+    return device is not None and torch.device(device).type == torch._C._get_privateuse1_backend_name()
+
+
+def _checked(entries, what):
+    for e in entries:
+        if not e.reason.strip():
+            raise ValueError(f"{what} entry for {e.op} has no reason")
+        _decorator(e)
+    return entries
+
+
+def _with_decorations(infos, name_of, entries, test_class):
+    """Copies of the infos that carry their entries as DecorateInfos, restricted to mydev.
+
+    Restricted by the device the test is handed, not by DecorateInfo(device_type=...)
+    (nor set_test_configs(op_overrides=...), which sets that): the framework
+    matches device_type against the class's, which reads "privateuse1" until
+    PrivateUse1TestBase first resolves its device ("mydev") while instantiating
+    the first test, after that test's first (op, dtype) took its decorators. Which
+    test comes first follows a set of names, so PYTHONHASHSEED decided which
+    entry was lost."""
     from torch.testing._internal.opinfo.core import DecorateInfo
 
-    out = {}
-    for e in ENTRIES:
-        if not e.reason.strip():
-            raise ValueError(f"manifest entry for {e.op} has no reason")
-        for test in e.tests or (None,):
-            out.setdefault(e.op, []).append(
-                DecorateInfo(_decorator(e), TEST_CLASS, test, dtypes=e.dtypes or None))
+    out = []
+    for info in infos:
+        extra = [DecorateInfo(_decorator(e), test_class, test, dtypes=e.dtypes or None, active_if=_on_backend)
+                 for e in entries if e.op == name_of(info) for test in e.tests or (None,)]
+        if extra:
+            info = copy.copy(info)
+            info.decorators = (*info.decorators, *extra)
+        out.append(info)
     return out
+
+
+def with_entries(op_infos):
+    """Copies of the OpInfos with ENTRIES applied (see _with_decorations)."""
+    return _with_decorations(op_infos, lambda op: op.full_name, _checked(ENTRIES, "manifest"), TEST_CLASS)
 
 
 def lookup(op, test, dtype):
@@ -131,27 +159,9 @@ def lookup(op, test, dtype):
 
 
 def with_module_entries(module_infos):
-    """Copies of the ModuleInfos with MODULE_ENTRIES applied as their own DecorateInfos (restricted to mydev)."""
-    import copy
-
-    from torch.testing._internal.opinfo.core import DecorateInfo
-
-    out = []
-    for m in module_infos:
-        extra = []
-        for e in MODULE_ENTRIES:
-            if not e.reason.strip():
-                raise ValueError(f"module manifest entry for {e.op} has no reason")
-            if e.op != m.name:
-                continue
-            for test in e.tests or (None,):
-                extra.append(DecorateInfo(_decorator(e), MODULE_TEST_CLASS, test, dtypes=e.dtypes or None,
-                                          device_type=torch._C._get_privateuse1_backend_name()))
-        if extra:
-            m = copy.copy(m)
-            m.decorators = (*m.decorators, *extra)
-        out.append(m)
-    return out
+    """Copies of the ModuleInfos with MODULE_ENTRIES applied (see _with_decorations)."""
+    return _with_decorations(module_infos, lambda m: m.name, _checked(MODULE_ENTRIES, "module manifest"),
+                             MODULE_TEST_CLASS)
 
 
 def module_lookup(module, test, dtype):
