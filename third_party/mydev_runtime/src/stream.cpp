@@ -35,10 +35,7 @@
 // exit their work runs inline like any work enqueued then.
 //
 // Counters: `enqueued` and `completed` only grow, and are written under the
-// stream's mutex (atomics so spinning waiters can read them without it), with
-// one exception: a host thread that holds the worker (`inline_held`) completes
-// its unit without the lock, as nothing else can write `completed` then (see
-// runHeld).
+// stream's mutex (atomics so spinning waiters can read them without it).
 // Synchronising means waiting until `completed` reaches the `enqueued` value
 // seen at the call; work enqueued concurrently by other threads is not waited for.
 //
@@ -145,15 +142,13 @@ struct mydevStream_st {
   alignas(64) std::thread worker;
   bool worker_started = false;
   bool worker_sleeping = false;  // blocked on work_cv: the next enqueue must notify
-  // Blocked on work_cv until inline_held drops to 0. Atomic, as are waiters and
-  // inline_held: a holder releases the worker without the lock (runHeld).
-  std::atomic<bool> worker_waiting_inline{false};
+  bool worker_waiting_inline = false;  // blocked on work_cv until inline_held drops to 0
   bool worker_exited = false;
   bool stopping = false;   // destroyed or exiting: the worker leaves once the queue is empty
   bool abandoned = false;  // process exit: queue dropped, later work runs inline
-  std::atomic<int> waiters{0};  // threads blocked on done_cv
+  int waiters = 0;         // threads blocked on done_cv
   int room_waiters = 0;    // threads blocked on room_cv
-  std::atomic<int> inline_held{0};  // a host thread runs work in stream order: the worker must not start any
+  int inline_held = 0;     // a LaunchHostFuncInline is running: the worker must not start work
   int blocked = 0;         // the worker (or inline caller) is waiting for other streams or an event
   bool counted = false;    // included in its device's runnable count (see updateRunnable)
   // First launch failure since the last synchronisation, reported once by it,
@@ -236,16 +231,6 @@ inline void cpuRelax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
-}
-
-// A thread about to sleep on done_cv counts itself in `waiters` before it
-// checks its condition. The fence orders that count before the condition's
-// loads of `completed`, so a holder releasing the worker without the lock
-// (runHeld) either sees the count and notifies, or its count of `completed`
-// is seen by the check.
-void announceWaiter(S& s) {
-  ++s.waiters;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 // Spins until done() or for about `ns`; returns done(). After a short busy
@@ -543,7 +528,7 @@ void waitIdle(S& s) {
   BlockedScope blocked;
   if (spinUntil(reached, kSyncSpinNs)) return;
   std::unique_lock<std::mutex> lock(s.mu);
-  announceWaiter(s);
+  ++s.waiters;
   s.done_cv.wait(lock, reached);
   --s.waiters;
 }
@@ -619,7 +604,7 @@ void stopWorkersAtExit() {
   for (const auto& s : streams) {
     std::unique_lock<std::mutex> lock(s->mu);
     if (!s->worker_started || t_worker_stream == s.get()) continue;
-    announceWaiter(*s);
+    ++s->waiters;
     bool exited = s->done_cv.wait_until(lock, deadline, [&] { return s->worker_exited; });
     --s->waiters;
     if (!exited) continue;
@@ -768,7 +753,7 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   {
     BlockedScope blocked;  // a worker enqueuing on another stream waits for it
     lock.lock();
-    announceWaiter(s);
+    ++s.waiters;
     s.done_cv.wait(lock, [&] { return wait.done; });
     --s.waiters;
     lock.unlock();  // before the scope ends (lock order: the waiting stream's own first)
@@ -788,10 +773,6 @@ mydevError_t runHeld(S& s, bool counted, bool held, mydevHostFn_t fn, void* user
     ~Release() {
       t_worker_stream = saved_worker_stream;
       if (!counted) return;
-      if (held && s.priority >= kLeastPriority) {
-        release_unlocked();
-        return;
-      }
       bool wake;
       {
         std::lock_guard<std::mutex> lock(s.mu);
@@ -805,26 +786,6 @@ mydevError_t runHeld(S& s, bool counted, bool held, mydevHostFn_t fn, void* user
         wake = s.worker_waiting_inline;
       }
       if (wake) s.work_cv.notify_all();  // let the worker go on
-    }
-    // Every short kernel run at the call ends here, and a second lock pair per
-    // launch was a measurable part of its cost. Without the lock: while the
-    // worker is held nothing else runs on the stream, so `completed` has no
-    // other writer until inline_held drops, and it is counted first. A worker
-    // or synchroniser about to sleep publishes that (worker_waiting_inline,
-    // waiters) before it checks its condition under the lock; both sides are
-    // sequentially consistent, so either it sees the new values or this sees
-    // its flag, and then takes the lock once before notifying, so the notify
-    // cannot fall between its check and its wait. (Least-priority streams
-    // only: others also update their device's runnable count, under the lock.)
-    void release_unlocked() {
-      s.completed.fetch_add(1, std::memory_order_seq_cst);
-      s.inline_held.fetch_sub(1, std::memory_order_seq_cst);
-      const bool notify_done = s.waiters.load(std::memory_order_seq_cst) > 0;
-      const bool wake = s.worker_waiting_inline.load(std::memory_order_seq_cst);
-      if (!notify_done && !wake) return;
-      { std::lock_guard<std::mutex> lock(s.mu); }
-      if (notify_done) s.done_cv.notify_all();
-      if (wake) s.work_cv.notify_all();
     }
   } release{s, counted, held, t_worker_stream};
   // While fn runs this thread is "in" the stream, as its worker would be:
@@ -905,7 +866,7 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
     } else if (!ensureWorker(sp)) {
       // No worker to place a gate for (only other inline calls can be
       // pending then): wait for the stream to be idle and free.
-      announceWaiter(s);
+      ++s.waiters;
       s.done_cv.wait(lock, [&] {
         return s.completed.load(std::memory_order_relaxed) == before && s.inline_held == 0;
       });
@@ -924,7 +885,7 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
       const bool wake = s.worker_sleeping;
       s.worker_sleeping = false;
       if (wake) s.work_cv.notify_one();
-      announceWaiter(s);
+      ++s.waiters;
       s.done_cv.wait(lock, [&] { return reached.done; });
       --s.waiters;
       held = reached.rc == 1;  // else process exit dropped the gate
@@ -1096,7 +1057,7 @@ mydevError_t mydevStreamDestroy(mydevStream_t stream) {
   lock.unlock();
   BlockedScope blocked;  // destroyed from another stream's work: that stream waits
   lock.lock();
-  announceWaiter(*s);
+  ++s->waiters;
   s->done_cv.wait(lock, [&] { return s->worker_exited; });
   --s->waiters;
   std::thread worker = std::move(s->worker);  // empty if process exit took it
