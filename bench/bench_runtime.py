@@ -2,6 +2,9 @@
 
 Run: python bench/bench_runtime.py
 - cached allocation + free through the device allocator, timed in C++ (target <= 0.5 us);
+- the launch path's own cost with an empty kernel, timed in C++: queued (launch_async, the queue
+  drained at the end), and run at the call on an idle stream (the idle check and launch_if_idle,
+  what every short op pays);
 - H2D and D2H copies from/to pinned memory, as bandwidth relative to a CPU clone of the same
   bytes (target >= 0.8x);
 - 1-element add latency against CPU, with the default launch mode and with
@@ -28,6 +31,13 @@ from common import median_seconds
 def allocator():
     ns = statistics.median(my_device._C._bench_cached_allocation(200_000, 4096) for _ in range(5))
     print(f"cached allocation + free (4 KiB)      {ns / 1000:8.3f} us")
+
+
+def launches():
+    queued = statistics.median(my_device._C._bench_empty_launches(100_000) for _ in range(5))
+    at_call = statistics.median(my_device._C._bench_idle_launches(200_000) for _ in range(5))
+    print(f"empty kernel, queued                  {queued / 1000:8.3f} us")
+    print(f"empty kernel, at the call             {at_call / 1000:8.3f} us")
 
 
 def bandwidth():
@@ -126,6 +136,7 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, 1 intra-op thread, medians")
     allocator()
+    launches()
     bandwidth()
     latency()
     priority()

@@ -122,7 +122,7 @@ double bench_cached_allocation(int64_t iterations, int64_t nbytes) {
 
 // Mean nanoseconds of one launch_async of an empty kernel onto the current
 // stream, the queue drained at the end: the launch path's own cost, with no
-// op around it (bench/bench_launch.py --breakdown).
+// op around it (bench/bench_runtime.py).
 double bench_empty_launches(int64_t iterations) {
   const c10::DeviceIndex device = current_device();
   synchronize(device);
@@ -130,6 +130,22 @@ double bench_empty_launches(int64_t iterations) {
   for (int64_t i = 0; i < iterations; ++i) launch_async(device, "empty", [] {});
   synchronize(device);
   const auto end = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(end - start).count() / static_cast<double>(iterations);
+}
+
+// Mean nanoseconds of what a short kernel on an idle stream pays to run at the
+// call, with an empty kernel: the idle hint its caller asks (stream_idle) and
+// launch_if_idle (bench/bench_runtime.py).
+double bench_idle_launches(int64_t iterations) {
+  const c10::DeviceIndex device = current_device();
+  synchronize(device);
+  int64_t ran = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iterations; ++i) {
+    if (stream_idle(device) && launch_if_idle(device, "empty", [] {})) ++ran;
+  }
+  const auto end = std::chrono::steady_clock::now();
+  TORCH_CHECK(ran == iterations, "the stream was not idle: ", iterations - ran, " launches did not run");
   return std::chrono::duration<double, std::nano>(end - start).count() / static_cast<double>(iterations);
 }
 
@@ -216,6 +232,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("_bench_cached_allocation", &bench_cached_allocation);
   m.def("_bench_empty_launches", &bench_empty_launches);
+  m.def("_bench_idle_launches", &bench_idle_launches);
   // Test hooks: a stream whose worker waits before each task, and a kernel that fails when it runs.
   m.def("_test_set_stream_delay", [](int64_t id, int device, unsigned microseconds) {
     const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(kMyDev, static_cast<c10::DeviceIndex>(device)), id);

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import my_device
 
-from conftest import delayed
+from conftest import delayed, host_kernel_calls
 
 
 def queued(fn, *args, us=20_000):
@@ -596,3 +596,51 @@ def test_zeroing_other_tensors_and_other_fills_keep_cpu_results():
     ones.expand(2, 3).zero_()
     torch.testing.assert_close(ones.cpu(), torch.zeros(3))
     torch.testing.assert_close(d.add(1).cpu(), x.add(1))
+
+
+FILLS = {
+    "fill_": lambda t, v: t.fill_(v),
+    "fill_ strided": lambda t, v: t[:, ::2].fill_(v),
+    "fill_ of a column": lambda t, v: t.t()[1].fill_(v),
+    "fill_ of an expanded view": lambda t, v: t[0].expand(3, 6).fill_(v),
+    "ones_like": lambda t, v: torch.ones_like(t),
+    "full_like": lambda t, v: torch.full_like(t, v),
+    "zero_ strided": lambda t, v: t[:, 1::3].zero_(),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+                                   torch.int64, torch.bool, torch.complex64], ids=str)
+@pytest.mark.parametrize("name", list(FILLS))
+def test_short_fills_on_an_idle_stream_run_at_the_call(name, dtype):
+    # A fill other than a dense zero memset (ones_like, full, backward()'s seed gradient, a view's
+    # zero_) runs the CPU's fill loop at the call on an idle stream (Fill.cpp: fill_at_call): no
+    # host kernel, and the stream is as idle after it as before, so the ops after it run at the
+    # call too.
+    value = True if dtype is torch.bool else (1.5 - 2j if dtype.is_complex else 3)
+    x = (torch.arange(24).reshape(4, 6) % 5).to(dtype)
+    d = x.to("mydev")
+    s = torch.mydev.current_stream()
+
+    def call():
+        out = FILLS[name](d, value)
+        return out, s.query()
+
+    (got, idle), calls = host_kernel_calls(call)
+    assert idle and calls == 0
+    expected = FILLS[name](x, value)
+    assert got.dtype == expected.dtype and got.stride() == expected.stride()
+    assert torch.equal(got.cpu(), expected) and torch.equal(d.cpu(), x)
+
+
+def test_a_fill_at_the_call_that_does_not_fit_raises_there_and_loses_nothing():
+    # As the CPU: the value is converted before anything is written, and the error comes at the
+    # call, not at the next synchronisation (the queued path checks it the same way, above).
+    i8 = torch.arange(6, dtype=torch.int8, device="mydev")
+    torch.mydev.synchronize()
+    for view in (i8, i8[::2], i8[:0]):
+        with pytest.raises(RuntimeError, match="cannot be converted to type int8_t without overflow"):
+            view.fill_(1000)
+    torch.mydev.synchronize()  # nothing left to report
+    assert i8.cpu().tolist() == list(range(6))
+    assert i8[::2].fill_(-7).cpu().tolist() == [-7] * 3

@@ -46,6 +46,9 @@ OPS = {
     "to_half_strided": lambda d: d["a"][:, ::2].to(torch.float16),
     "copy_broadcast": lambda d: torch.empty_like(d["a"]).copy_(d["a"][1]),
     "addmm_dense_bias": lambda d: torch.addmm(d["a"][:, :8].contiguous(), d["a"], d["w"]),
+    # Fills other than a dense memset (fill_at_call in Fill.cpp).
+    "ones_like": lambda d: torch.ones_like(d["a"]),
+    "fill_strided": lambda d: d["a"].clone()[:, ::3].fill_(-2.5),
 }
 
 

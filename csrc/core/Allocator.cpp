@@ -74,7 +74,7 @@ struct Block {
 };
 
 uintptr_t stream_key(mydevStream_t stream) {
-  return reinterpret_cast<uintptr_t>(stream);
+  return is_default_stream_handle(stream) ? 0 : reinterpret_cast<uintptr_t>(stream);
 }
 
 void trace(TraceEntry::Action action, c10::DeviceIndex device, const void* addr, size_t size,

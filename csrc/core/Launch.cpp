@@ -73,12 +73,17 @@ KernelContext kernel_context(c10::DeviceIndex device) {
 }
 
 void finish_launch(c10::DeviceIndex device, mydevError_t err) {
-  if (err == mydevErrorLaunchFailure) {
-    // MYDEV_LAUNCH_BLOCKING: the kernel ran and failed. Report it here, and
-    // consume the stream's sticky copy so the next synchronisation does not repeat it.
-    mydevStreamSynchronize(current_stream_handle(device));
+  if (C10_UNLIKELY(err != mydevSuccess)) {
+    // A failure names the runtime's current device (raise_runtime_error), which
+    // launches do not switch (their stream handle names the device).
+    RuntimeDeviceGuard on_device(device);
+    if (err == mydevErrorLaunchFailure) {
+      // MYDEV_LAUNCH_BLOCKING: the kernel ran and failed. Report it here, and
+      // consume the stream's sticky copy so the next synchronisation does not repeat it.
+      mydevStreamSynchronize(current_stream_handle(device));
+    }
+    MYDEV_CHECK(err);
   }
-  MYDEV_CHECK(err);
   if (!in_kernel()) raise_kernel_warnings();
 }
 

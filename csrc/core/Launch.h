@@ -205,9 +205,7 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
     retire_kernel(t);
     return status;
   };
-  // A null handle means the default stream of the runtime's current device,
-  // which need not be `device`.
-  RuntimeDeviceGuard on_device(device);
+  // (`stream` names `device`'s stream whatever the runtime's current device: Stream.h.)
   const mydevError_t err =
       mydevLaunchHostFuncEx(stream, trampoline, task, label, short_kernel ? mydevLaunchShortTask : 0u);
   if (err != mydevSuccess && err != mydevErrorLaunchFailure) delete task;  // not enqueued
@@ -221,7 +219,6 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
 // then runs it at once (launch_is_nested, asked only of a busy stream).
 inline bool stream_idle(c10::DeviceIndex device) {
   const mydevStream_t stream = current_stream_handle(device);
-  RuntimeDeviceGuard on_device(device);  // see launch_async
   return mydevStreamQuery(stream) == mydevSuccess || launch_is_nested(device, stream);
 }
 
@@ -246,7 +243,6 @@ bool launch_if_idle(c10::DeviceIndex device, const char* label, F&& body) {
     auto* c = static_cast<Closure*>(data);
     return run_kernel_body<false>(c->context, c->device, c->label, *c->body);  // always on this thread
   };
-  RuntimeDeviceGuard on_device(device);  // see launch_async
   const mydevError_t err =
       mydevLaunchHostFuncEx(stream, trampoline, &closure, label, mydevLaunchShortTask | mydevLaunchIdleOnly);
   if (err == mydevErrorNotReady) {
@@ -283,12 +279,14 @@ void launch_inline(c10::DeviceIndex device, F&& body) {
       return 1;
     }
   };
-  RuntimeDeviceGuard on_device(device);  // see launch_async
   const mydevError_t err = mydevLaunchHostFuncInline(current_stream_handle(device), trampoline, &closure);
   if (closure.error) {
     std::rethrow_exception(closure.error);
   }
-  MYDEV_CHECK(err);
+  if (err != mydevSuccess) {
+    RuntimeDeviceGuard on_device(device);  // see finish_launch
+    MYDEV_CHECK(err);
+  }
 }
 
 } // namespace my_device

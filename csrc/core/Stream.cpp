@@ -1,5 +1,6 @@
 #include "Stream.h"
 
+#include <algorithm>
 #include <array>
 #include <deque>
 #include <mutex>
@@ -120,10 +121,34 @@ int stream_priority(const c10::Stream& stream) {
   return r == nullptr ? 0 : r->priority;
 }
 
+namespace {
+
+// The runtime's handle of each device's default stream (mydevDeviceGetDefault-
+// Stream). Kernels launch on it rather than on NULL, whose meaning depends on
+// the runtime's current device: every launch would then have to switch that
+// to its own device and back, two thread-local accesses and calls around each
+// of the two runtime calls of a kernel run at the call (issue 19).
+const std::array<mydevStream_t, kMaxDevices>& default_handles() {
+  static const std::array<mydevStream_t, kMaxDevices> handles = [] {
+    std::array<mydevStream_t, kMaxDevices> h{};
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d) MYDEV_CHECK(mydevDeviceGetDefaultStream(d, &h[d]));
+    return h;
+  }();
+  return handles;
+}
+
+} // namespace
+
+bool is_default_stream_handle(mydevStream_t handle) {
+  if (handle == nullptr) return true;
+  const auto& handles = default_handles();
+  return std::find(handles.begin(), handles.begin() + device_count(), handle) != handles.begin() + device_count();
+}
+
 // For the profiler's records of work that ran (profiler/KernelTrace.cpp), which
-// name runtime streams: the c10 id of a handle (0: the default stream's NULL).
+// name runtime streams: the c10 id of a handle (0: a default stream).
 int64_t stream_id_of(mydevStream_t handle) {
-  if (handle == nullptr) return 0;
+  if (is_default_stream_handle(handle)) return 0;
   std::lock_guard<std::mutex> lock(g_mutex);
   for (size_t i = 0; i < g_streams.size(); ++i) {
     if (g_streams[i].handle == handle) return static_cast<int64_t>(i + 1);
@@ -133,12 +158,12 @@ int64_t stream_id_of(mydevStream_t handle) {
 
 mydevStream_t stream_handle(const c10::Stream& stream) {
   const StreamRecord* r = record_of(stream);
-  return r == nullptr ? nullptr : r->handle;
+  return r == nullptr ? default_handles()[stream.device_index()] : r->handle;
 }
 
 mydevStream_t current_stream_handle(c10::DeviceIndex device) {
   const StreamRecord* r = thread_current()[device];
-  return r == nullptr ? nullptr : r->handle;
+  return r == nullptr ? default_handles()[device] : r->handle;
 }
 
 } // namespace my_device

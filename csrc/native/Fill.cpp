@@ -1,14 +1,24 @@
-// Filling with zeros: zero_, and fill_ with a zero, as one queued memset.
+// Filling: zero_ and fill_.
 //
 // zeros, zeros_like and new_zeros are empty + zero_, and autograd and the
 // optimizers zero buffers on every step. As a host kernel, zero_ paid the
 // generic path (plan, call key, Meta cache, boxed CPU call) for what is a
-// memset of the tensor's bytes when they are dense. Other tensors (overlapping
-// or strided views), and fills with other values, stay host kernels.
+// memset of the tensor's bytes when they are dense: so a dense zero fill is
+// one memset kernel. ones_like, full and backward()'s seed gradient are
+// fill_ with another value: a short one on an idle stream runs at the call,
+// the CPU's fill loop over the tensor's own elements. Queued, it made the
+// stream busy for a kernel of one element, and every short op after it in a
+// training step's backward queued behind it too (issue 19). Longer fills and
+// fills on a busy stream stay host kernels.
+#include "StructuredKernel.h"  // first: DispatchStub's declarations
+
+#include <ATen/TensorIterator.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/native/Fill.h>
 #include <torch/library.h>
 
 #include <cstring>
+#include <exception>
 
 #include "core/KernelArgs.h"
 #include "core/Launch.h"
@@ -34,6 +44,39 @@ void queue_memset_zero(const at::Tensor& self) {
   }, is_short_kernel(self.numel()));
 }
 
+// The CPU's fill_ (fill_out) over `self` at its kernel addresses, if it is
+// short and its stream idle (or this is nested in a kernel run at the call).
+// Conjugate and negative views are left to the host kernel, whose CPU call
+// resolves those bits. False if it did not run.
+bool fill_at_call(at::Tensor& self, const at::Scalar& value) {
+  if (self.layout() != c10::kStrided || self.is_conj() || self.is_neg() || self.is_quantized() ||
+      value.isSymbolic() || !is_short_kernel(self.numel())) {
+    return false;
+  }
+  const c10::DeviceIndex device = self.device().index();
+  if (!stream_idle(device)) return false;
+  at::TensorIterator iter = at::TensorIteratorConfig()
+                                .set_check_mem_overlap(false)  // as the CPU's: a fill may write an expanded view
+                                .check_all_same_dtype(false)
+                                .add_output(self)
+                                .resize_outputs(false)
+                                .build();
+  // A value the dtype cannot hold fails before anything is written, and the
+  // CPU raises that at the call: so does this, rather than at the next
+  // synchronisation as a kernel failure.
+  std::exception_ptr error;
+  const bool ran = launch_if_idle(device, "aten::fill_", [&] {
+    try {
+      structured::use_kernel_addresses(iter);
+      at::native::fill_stub(c10::DeviceType::CPU, iter, value);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  if (error) std::rethrow_exception(error);
+  return ran;
+}
+
 at::Tensor& host_kernel_call(const char* label, at::Tensor& self, std::optional<c10::IValue> value) {
   torch::jit::Stack stack{self};
   if (value) stack.push_back(*value);
@@ -42,7 +85,10 @@ at::Tensor& host_kernel_call(const char* label, at::Tensor& self, std::optional<
 }
 
 at::Tensor& zero_(at::Tensor& self) {
-  if (!memset_fills(self)) return host_kernel_call("aten::zero_", self, std::nullopt);
+  if (!memset_fills(self)) {
+    if (fill_at_call(self, 0)) return self;
+    return host_kernel_call("aten::zero_", self, std::nullopt);
+  }
   queue_memset_zero(self);
   return self;
 }
@@ -60,11 +106,12 @@ bool is_all_zero_bits(const at::Scalar& value) {
 }
 
 at::Tensor& fill_(at::Tensor& self, const at::Scalar& value) {
-  if (!memset_fills(self) || !is_all_zero_bits(value) || value.isSymbolic()) {
-    return host_kernel_call("aten::fill_.Scalar", self, c10::IValue(value));
+  if (memset_fills(self) && is_all_zero_bits(value) && !value.isSymbolic()) {
+    queue_memset_zero(self);
+    return self;
   }
-  queue_memset_zero(self);
-  return self;
+  if (fill_at_call(self, value)) return self;
+  return host_kernel_call("aten::fill_.Scalar", self, c10::IValue(value));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -8,7 +8,8 @@
  * Conventions, modelled on the CUDA runtime so integration code reads familiarly:
  *  - every call returns a mydevError_t; mydevSuccess is 0;
  *  - the current device is per thread and starts at 0;
- *  - a NULL mydevStream_t means the default stream of the current device;
+ *  - a NULL mydevStream_t means the default stream of the current device
+ *    (mydevDeviceGetDefaultStream names one whatever device is current);
  *  - device pointers (device addresses) name device memory to the runtime and
  *    are never dereferenced by the host. Launched functions reach the memory
  *    through mydevKernelAddress(p); outside strict mode that is p itself, and
@@ -157,6 +158,12 @@ MYDEV_API mydevError_t mydevStreamCreateWithPriority(mydevStream_t* stream, int 
  * then destroys it. Enqueuing on it from other threads meanwhile fails with
  * mydevErrorInvalidResourceHandle. */
 MYDEV_API mydevError_t mydevStreamDestroy(mydevStream_t stream);
+/* The handle of `device`'s default stream: the stream NULL names while `device`
+ * is current, but naming it whatever device is current, so a caller that knows
+ * its device needs no device switch around a launch. Valid for the life of
+ * the process; mydevStreamDestroy rejects it. Activity records still name a
+ * default stream NULL. */
+MYDEV_API mydevError_t mydevDeviceGetDefaultStream(int device, mydevStream_t* stream);
 MYDEV_API mydevError_t mydevStreamGetDevice(mydevStream_t stream, int* device);
 MYDEV_API mydevError_t mydevStreamGetPriority(mydevStream_t stream, int* priority);
 /* Waits until all work enqueued on the stream before the call has run, then

@@ -640,10 +640,25 @@ BlockedScope::~BlockedScope() {
   updateRunnable(*stream_);
 }
 
+// The default stream `handle` names explicitly (mydevDeviceGetDefaultStream),
+// or null if it names none. A scan of a few pointers: default streams are never
+// destroyed, while any other handle may be a destroyed stream's, which only the
+// locked table may tell.
+const std::shared_ptr<S>* defaultStreamOf(mydevStream_t handle) {
+  for (const auto& s : table().defaults) {
+    if (s.get() == handle) return &s;
+  }
+  return nullptr;
+}
+
 mydevError_t resolveStream(mydevStream_t handle, std::shared_ptr<S>* out) {
   StreamTable& t = table();
   if (!handle) {
     *out = t.defaults[static_cast<size_t>(currentDevice())];
+    return mydevSuccess;
+  }
+  if (const std::shared_ptr<S>* d = defaultStreamOf(handle)) {
+    *out = *d;
     return mydevSuccess;
   }
   std::lock_guard<std::mutex> lock(t.mu);
@@ -922,18 +937,34 @@ using namespace mydev_detail;
 
 namespace {
 
+// The stream a handle names, for calls made on every launch. A default stream
+// lives as long as the process, so one (most launches) is reached without a
+// reference: two atomic operations on a count the worker's shared_ptr shares.
+class StreamRef {
+ public:
+  mydevError_t resolve(mydevStream_t handle) {
+    if (!handle) {
+      stream_ = &table().defaults[static_cast<size_t>(currentDevice())];
+    } else if (!(stream_ = defaultStreamOf(handle))) {
+      if (mydevError_t e = resolveStream(handle, &user_)) return e;
+      stream_ = &user_;
+    }
+    return mydevSuccess;
+  }
+  const std::shared_ptr<S>& get() const { return *stream_; }
+
+ private:
+  std::shared_ptr<S> user_;
+  const std::shared_ptr<S>* stream_ = nullptr;
+};
+
 mydevError_t launch(mydevStream_t stream, mydevHostFn_t fn, void* user_data, const char* label,
                     unsigned int flags = 0) {
   if (mydevError_t e = ensureInitialized()) return e;
   if (!fn) return mydevErrorInvalidValue;
-  // A default stream lives as long as the process, so a launch onto one
-  // (most launches) takes no reference: two atomic operations on a count the
-  // worker's shared_ptr shares, on every launch.
-  std::shared_ptr<S> user;
-  if (stream) {
-    if (mydevError_t e = resolveStream(stream, &user)) return e;
-  }
-  const std::shared_ptr<S>& s = stream ? user : table().defaults[static_cast<size_t>(currentDevice())];
+  StreamRef ref;
+  if (mydevError_t e = ref.resolve(stream)) return e;
+  const std::shared_ptr<S>& s = ref.get();
   if (config().launch_blocking && t_worker_stream != s.get()) {
     // Synchronous launches run in the caller, in stream order: handing each one
     // to the worker and sleeping until it is done costs two thread wake-ups.
@@ -1035,6 +1066,14 @@ mydevError_t mydevStreamDestroy(mydevStream_t stream) {
   return mydevSuccess;
 }
 
+mydevError_t mydevDeviceGetDefaultStream(int device, mydevStream_t* stream) {
+  if (mydevError_t e = ensureInitialized()) return e;
+  if (!stream) return mydevErrorInvalidValue;
+  if (!validDevice(device)) return mydevErrorInvalidDevice;
+  *stream = table().defaults[static_cast<size_t>(device)].get();
+  return mydevSuccess;
+}
+
 mydevError_t mydevStreamGetDevice(mydevStream_t stream, int* device) {
   if (mydevError_t e = ensureInitialized()) return e;
   if (!device) return mydevErrorInvalidValue;
@@ -1062,12 +1101,9 @@ mydevError_t mydevStreamSynchronize(mydevStream_t stream) {
 
 mydevError_t mydevStreamQuery(mydevStream_t stream) {
   if (mydevError_t e = ensureInitialized()) return e;
-  // As launch(): a default stream is read without taking a reference.
-  std::shared_ptr<S> user;
-  if (stream) {
-    if (mydevError_t e = resolveStream(stream, &user)) return e;
-  }
-  const S& s = stream ? *user : *table().defaults[static_cast<size_t>(currentDevice())];
+  StreamRef ref;  // as launch()
+  if (mydevError_t e = ref.resolve(stream)) return e;
+  const S& s = *ref.get();
   // completed is read first: both only grow, so this never reports a stream
   // idle while something enqueued before the call is unfinished.
   uint64_t done = s.completed.load(std::memory_order_acquire);

@@ -828,6 +828,47 @@ void testStreams() {
   CHECK_OK(mydevStreamDestroy(clamped_hi));
 }
 
+// A default stream's explicit handle names that device's default stream
+// whatever device is current: its work, query and synchronisation are the
+// NULL stream's of that device; it cannot be destroyed.
+void testDefaultStreamHandles() {
+  mydevStream_t d0 = nullptr, again = nullptr;
+  CHECK_ERR(mydevDeviceGetDefaultStream(0, nullptr), mydevErrorInvalidValue);
+  CHECK_ERR(mydevDeviceGetDefaultStream(-1, &d0), mydevErrorInvalidDevice);
+  CHECK_ERR(mydevDeviceGetDefaultStream(deviceCount(), &d0), mydevErrorInvalidDevice);
+  CHECK_OK(mydevDeviceGetDefaultStream(0, &d0));
+  CHECK_OK(mydevDeviceGetDefaultStream(0, &again));
+  CHECK(d0 != nullptr && d0 == again);
+  int dev = -1, p = 99;
+  CHECK_OK(mydevStreamGetDevice(d0, &dev));
+  CHECK_OK(mydevStreamGetPriority(d0, &p));
+  CHECK(dev == 0 && p == 0);
+  const int last = deviceCount() - 1;
+  mydevStream_t dl = nullptr;
+  CHECK_OK(mydevDeviceGetDefaultStream(last, &dl));
+  CHECK_OK(mydevStreamGetDevice(dl, &dev));
+  CHECK(dev == last && (last == 0) == (dl == d0));
+  // Held back on the last device while device 0 is current: the handle's
+  // query sees it busy, the NULL handle (device 0's) does not, and the
+  // handle's synchronisation waits for it.
+  CHECK_OK(mydevSetDevice(0));
+  CHECK_OK(mydevTestSetStreamDelay(dl, 20000));
+  std::atomic<int> ran{0};
+  CHECK_OK(mydevLaunchHostFunc(dl, [](void* r) {
+    int device = -1;
+    mydevGetDevice(&device);
+    static_cast<std::atomic<int>*>(r)->store(device + 1);
+    return 0;
+  }, &ran));
+  if (!launchBlocking()) CHECK_ERR(mydevStreamQuery(dl), mydevErrorNotReady);  // (else it ran in the launch)
+  if (last != 0) CHECK_OK(mydevStreamQuery(nullptr));
+  CHECK_OK(mydevStreamSynchronize(dl));
+  CHECK(ran.load() == last + 1);  // run with its stream's device current
+  CHECK_OK(mydevTestSetStreamDelay(dl, 0));
+  CHECK_ERR(mydevStreamDestroy(d0), mydevErrorInvalidResourceHandle);
+  CHECK_OK(mydevStreamQuery(d0));  // still there
+}
+
 struct LaunchArgs {
   int* device_buf;  // device memory (device address), written by the "kernel"
   int value;
@@ -3146,6 +3187,7 @@ int runAll() {
   testKernelAddresses();
   testCopyValidation();
   testStreams();
+  testDefaultStreamHandles();
   testLaunch();
   testEvents();
   testLaunchIsAsynchronous();
