@@ -1,5 +1,6 @@
 """Memory history and snapshots: the caching allocator's segments, blocks and stacks, in the format
 torch.cuda.memory._snapshot() has, read by PyTorch's own torch.cuda._memory_viz."""
+import gc
 import os
 import pickle
 import re
@@ -16,6 +17,10 @@ THIS_FILE = os.path.basename(__file__)
 
 @pytest.fixture
 def history():
+    # Earlier tests' tensors caught in reference cycles would otherwise be freed by whichever
+    # collection a test's own Python allocations set off (a snapshot builds thousands of
+    # objects), between two readings of the allocator that a test compares.
+    gc.collect()
     torch.mydev.synchronize()
     torch.mydev.empty_cache()
     torch.mydev.memory._record_memory_history(clear_history=True)
