@@ -1,6 +1,7 @@
 #include "Launch.h"
 
 #include "Allocator.h"
+#include "HotThreadLocal.h"
 
 #include <algorithm>
 #include <atomic>
@@ -35,15 +36,15 @@ struct KernelWarningCollector final : c10::WarningHandler {
   }
 };
 
-// One thread-local, not two: each is looked up with a call in a shared
-// library. A plain aggregate, zero-initialised, so that no access also checks
-// a per-thread initialisation guard (one more lookup).
+// One thread-local, not two, and a plain aggregate, zero-initialised, so that
+// no access also checks a per-thread initialisation guard. Initial-exec
+// (HotThreadLocal.h): every op asks whether it runs inside a kernel.
 struct KernelTls {
   KernelContext kernel;
   bool in_kernel;
 };
 static_assert(std::is_trivially_default_constructible_v<KernelTls>);
-thread_local KernelTls tls_kernel;
+MYDEV_HOT_TLS thread_local KernelTls tls_kernel;
 } // namespace
 
 const KernelContext* current_kernel() {

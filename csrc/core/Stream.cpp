@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <memory>
 #include <mutex>
 
 #include "AutogradThread.h"
 #include "Device.h"
 #include "Exception.h"
+#include "HotThreadLocal.h"
 
 namespace my_device {
 namespace {
@@ -31,27 +33,31 @@ struct Pool {
 // [device][priority index], priority index 0 = least (0), 1 = greatest (-1)
 std::array<std::array<Pool, 2>, kMaxDevices> g_pools;
 
-struct ThreadStreams {
-  std::array<const StreamRecord*, kMaxDevices> current{};  // nullptr: default stream
-  bool configured = false;  // configure_backward_thread has run on this thread
-};
-thread_local ThreadStreams tls_streams;
+// A thread's current stream per device (nullptr: the default stream). Every
+// launch reads it, through a pointer with the initial-exec model
+// (HotThreadLocal.h). Static TLS holds this whole library's thread-locals, so
+// the 512-byte table itself is on the heap, owned by a thread-local freed at
+// thread exit. The pointer is set by the thread's first use of the device.
+using CurrentStreams = std::array<const StreamRecord*, kMaxDevices>;
+thread_local std::unique_ptr<CurrentStreams> tls_current_table;
+MYDEV_HOT_TLS thread_local CurrentStreams* tls_current = nullptr;
 
 // A host thread's first use of the device: see thread_current.
-C10_NOINLINE std::array<const StreamRecord*, kMaxDevices>& configure_thread(ThreadStreams& t) {
-  t.configured = true;
+C10_NOINLINE CurrentStreams& configure_thread() {
+  tls_current_table = std::make_unique<CurrentStreams>();
+  tls_current = tls_current_table.get();
   configure_backward_thread();
-  return t.current;
+  return *tls_current;
 }
 
 // Every launch asks for its current stream, so this is where a host thread's
 // first use of the device is seen. (The first use is handled out of line: a
 // call on the common path would make the compiler look the thread-local up
 // once more after it, on every launch.)
-inline std::array<const StreamRecord*, kMaxDevices>& thread_current() {
-  ThreadStreams& t = tls_streams;
-  if (C10_UNLIKELY(!t.configured)) return configure_thread(t);
-  return t.current;
+inline CurrentStreams& thread_current() {
+  CurrentStreams* current = tls_current;
+  if (C10_UNLIKELY(current == nullptr)) return configure_thread();
+  return *current;
 }
 
 const StreamRecord* record_of(const c10::Stream& stream) {

@@ -152,7 +152,7 @@ void initialise() {
   g_initialized.store(true, std::memory_order_release);
 }
 
-thread_local int t_current_device = 0;
+MYDEV_HOT_TLS thread_local int t_current_device = 0;
 
 }  // namespace
 

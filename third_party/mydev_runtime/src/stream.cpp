@@ -219,7 +219,7 @@ StreamTable& table() {
 
 // The stream whose worker this thread is (or whose LaunchHostFuncInline it is
 // running); null otherwise.
-thread_local S* t_worker_stream = nullptr;
+MYDEV_HOT_TLS thread_local S* t_worker_stream = nullptr;
 
 // Set once process exit has stopped the workers: from then on work runs
 // inline, even on streams created later (say, by a static destructor).
