@@ -77,11 +77,16 @@ uintptr_t stream_key(mydevStream_t stream) {
   return is_default_stream_handle(stream) ? 0 : reinterpret_cast<uintptr_t>(stream);
 }
 
-void trace(TraceEntry::Action action, c10::DeviceIndex device, const void* addr, size_t size,
-           mydevStream_t stream, StackContext context = nullptr, size_t device_free = 0) {
-  if (!recording_memory_history()) return;
+C10_NOINLINE void record(TraceEntry::Action action, c10::DeviceIndex device, const void* addr, size_t size,
+                         mydevStream_t stream, StackContext context, size_t device_free) {
   record_trace({action, device, reinterpret_cast<uintptr_t>(addr), size, stream_key(stream), device_free, 0,
                 std::move(context)});
+}
+
+// Every allocation and free passes here three times: the check is inlined.
+inline void trace(TraceEntry::Action action, c10::DeviceIndex device, const void* addr, size_t size,
+                  mydevStream_t stream, StackContext context = nullptr, size_t device_free = 0) {
+  if (C10_UNLIKELY(recording_memory_history())) record(action, device, addr, size, stream, std::move(context), device_free);
 }
 
 struct BlockOrder {
@@ -404,7 +409,7 @@ class DeviceCache {
     block->context.reset();
     update(stats_.active, block->small, -1);
     update(stats_.active_bytes, block->small, -static_cast<int64_t>(block->size));
-    block->freed_at = clock_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    block->freed_at = tick();
     if (bin(block)) return;
     merge_into_pool(block);
   }
@@ -423,7 +428,7 @@ class DeviceCache {
       delete second;
       block = first;
     }
-    block->freed_at = clock_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    block->freed_at = tick();
     pool.insert(block);
   }
 
@@ -585,6 +590,14 @@ class DeviceCache {
       delete b;
     });
     return released;
+  }
+
+  // Advances the free clock. Only under mutex_, so a plain increment: no
+  // locked read-modify-write on every free.
+  uint64_t tick() {
+    const uint64_t next = clock_.load(std::memory_order_relaxed) + 1;
+    clock_.store(next, std::memory_order_release);
+    return next;
   }
 
   const c10::DeviceIndex device_;

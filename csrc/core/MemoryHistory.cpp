@@ -12,7 +12,6 @@ namespace my_device {
 namespace {
 std::mutex g_mutex;
 MemoryHistoryConfig g_config;
-std::atomic<bool> g_recording{false};
 std::unordered_map<c10::DeviceIndex, std::deque<TraceEntry>> g_traces;
 
 StackContext gather(bool wanted) {
@@ -27,6 +26,8 @@ StackContext gather(bool wanted) {
 }
 } // namespace
 
+std::atomic<bool> detail::g_recording_memory_history{false};
+
 void set_memory_history(const MemoryHistoryConfig& config, bool clear) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_config = config;
@@ -34,7 +35,7 @@ void set_memory_history(const MemoryHistoryConfig& config, bool clear) {
   for (auto& [device, trace] : g_traces) {
     while (trace.size() > config.max_entries) trace.pop_front();
   }
-  g_recording.store(config.enabled, std::memory_order_release);
+  detail::g_recording_memory_history.store(config.enabled, std::memory_order_release);
 }
 
 MemoryHistoryConfig memory_history() {
@@ -42,18 +43,9 @@ MemoryHistoryConfig memory_history() {
   return g_config;
 }
 
-bool recording_memory_history() {
-  return g_recording.load(std::memory_order_relaxed);
-}
-
-StackContext gather_alloc_context() {
-  if (!recording_memory_history()) return nullptr;
-  return gather(memory_history().alloc_context);
-}
-
-StackContext gather_free_context() {
-  if (!recording_memory_history()) return nullptr;
-  return gather(memory_history().free_context);
+StackContext detail::gather_context(bool free) {
+  const MemoryHistoryConfig config = memory_history();
+  return gather(free ? config.free_context : config.alloc_context);
 }
 
 void record_trace(TraceEntry entry) {

@@ -9,6 +9,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -42,12 +43,23 @@ struct MemoryHistoryConfig {
 
 void set_memory_history(const MemoryHistoryConfig& config, bool clear);
 MemoryHistoryConfig memory_history();
-// Whether anything is being recorded (a relaxed load: cheap on every allocation).
-bool recording_memory_history();
+// Whether anything is being recorded. Asked by every allocation and free, so
+// it is a relaxed load inlined at the call, as are the first checks below.
+namespace detail {
+extern std::atomic<bool> g_recording_memory_history;
+StackContext gather_context(bool free);
+}  // namespace detail
+inline bool recording_memory_history() {
+  return detail::g_recording_memory_history.load(std::memory_order_relaxed);
+}
 // The stack of the current call, if recording with a recorder (null otherwise,
 // and always inside kernels: a stream worker has no Python stack).
-StackContext gather_alloc_context();
-StackContext gather_free_context();
+inline StackContext gather_alloc_context() {
+  return recording_memory_history() ? detail::gather_context(false) : nullptr;
+}
+inline StackContext gather_free_context() {
+  return recording_memory_history() ? detail::gather_context(true) : nullptr;
+}
 void record_trace(TraceEntry entry);
 // The trace of `device` so far, oldest first.
 std::vector<TraceEntry> device_trace(c10::DeviceIndex device);
