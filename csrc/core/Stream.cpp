@@ -33,18 +33,25 @@ struct Pool {
 // [device][priority index], priority index 0 = least (0), 1 = greatest (-1)
 std::array<std::array<Pool, 2>, kMaxDevices> g_pools;
 
-// A thread's current stream per device (nullptr: the default stream). Every
-// launch reads it, through a pointer with the initial-exec model
-// (HotThreadLocal.h). Static TLS holds this whole library's thread-locals, so
-// the 512-byte table itself is on the heap, owned by a thread-local freed at
-// thread exit. The pointer is set by the thread's first use of the device.
-using CurrentStreams = std::array<const StreamRecord*, kMaxDevices>;
+const std::array<mydevStream_t, kMaxDevices>& default_handles();
+
+// A thread's current stream per device: its record (nullptr: the default
+// stream) and the runtime handle every launch asks for. Reached through a
+// pointer with the initial-exec model (HotThreadLocal.h); static TLS holds
+// all of this library's thread-locals, so the 1 KiB table itself is on the
+// heap, owned by a thread-local freed at thread exit. The pointer is set by
+// the thread's first use of the device.
+struct CurrentStreams {
+  std::array<const StreamRecord*, kMaxDevices> record{};
+  std::array<mydevStream_t, kMaxDevices> handle{};
+};
 thread_local std::unique_ptr<CurrentStreams> tls_current_table;
 MYDEV_HOT_TLS thread_local CurrentStreams* tls_current = nullptr;
 
 // A host thread's first use of the device: see thread_current.
 C10_NOINLINE CurrentStreams& configure_thread() {
   tls_current_table = std::make_unique<CurrentStreams>();
+  tls_current_table->handle = default_handles();
   tls_current = tls_current_table.get();
   configure_backward_thread();
   return *tls_current;
@@ -95,13 +102,16 @@ c10::Stream default_stream(c10::DeviceIndex device) {
 c10::Stream current_stream(c10::DeviceIndex device) {
   if (device < 0) device = current_device();
   check_device_index(device);
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, device), id_of(thread_current()[device]));
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kMyDev, device), id_of(thread_current().record[device]));
 }
 
 void set_current_stream(const c10::Stream& stream) {
   TORCH_CHECK(stream.device_type() == kMyDev, "expected a mydev stream, got ", stream);
   check_device_index(stream.device_index());
-  thread_current()[stream.device_index()] = record_of(stream);
+  const StreamRecord* r = record_of(stream);
+  CurrentStreams& current = thread_current();
+  current.record[stream.device_index()] = r;
+  current.handle[stream.device_index()] = r == nullptr ? default_handles()[stream.device_index()] : r->handle;
 }
 
 c10::Stream stream_from_pool(c10::DeviceIndex device, int priority) {
@@ -168,8 +178,7 @@ mydevStream_t stream_handle(const c10::Stream& stream) {
 }
 
 mydevStream_t current_stream_handle(c10::DeviceIndex device) {
-  const StreamRecord* r = thread_current()[device];
-  return r == nullptr ? default_handles()[device] : r->handle;
+  return thread_current().handle[device];
 }
 
 } // namespace my_device
