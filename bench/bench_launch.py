@@ -3,9 +3,11 @@
 Run: python bench/bench_launch.py [--threads N] [--repeat R] [--sections add,ops,top,steps] [--breakdown]
      python bench/bench_launch.py --sections add --runs 10 --interval 180   (the add loop, spread out)
 
-Sections (each prints the median time on each device and the ratio mydev/CPU; lower is better; the
-two devices' repetitions alternate, so both sample the same periods of the machine):
-  add    the 1-element add loop: 20,000 calls of a + b, synchronised at the end
+Sections (each prints the median time per call on each device and the ratio mydev/CPU; lower is
+better). The two devices take turns in rounds of a few milliseconds, each round synchronised at its
+end, and the ratio is the median over rounds of the two times of the same round (common.paired_ratio):
+the machine's speed changes within milliseconds, and a round's two samples share its period.
+  add    the 1-element add loop: 90 rounds of 2,000 calls of a + b per device
   ops    issue 19's table of ops on (4, 16) float32 inputs (the optimizer's foreach ops on
          four 16x16 tensors, as an optimizer step calls them)
   top    the 20 aten ops most called by the demo's training step (SmallNet, AdamW) and a
@@ -23,6 +25,7 @@ Run it with MYDEV_LAUNCH_BLOCKING=1 too, for the synchronous figures.
 import copy
 import datetime
 import os
+import statistics
 import time
 from collections import Counter
 
@@ -33,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 import my_device  # noqa: F401
-from common import interleaved_medians, parse_args
+from common import interleaved_samples, paired_ratio, parse_args
 
 
 DEVICES = ("cpu", "mydev")
@@ -43,10 +46,17 @@ def _sync(device):
     return torch.mydev.synchronize if device == "mydev" else (lambda: None)
 
 
-def _ratio_line(name, cpu, mydev, extra=""):
-    print(f"{name:<40} cpu {cpu * 1e6:9.2f} us   mydev {mydev * 1e6:9.2f} us   ratio {mydev / cpu:5.2f}x{extra}",
-          flush=True)
-    return mydev / cpu
+def _measure(cases, inner, rounds):
+    """{device: median seconds per call}, and the median over rounds of mydev's time over CPU's in the
+    same round (common.paired_ratio)."""
+    samples = interleaved_samples(cases, inner, rounds)
+    return {d: statistics.median(v) for d, v in samples.items()}, paired_ratio(samples, "mydev", "cpu")
+
+
+def _ratio_line(name, times, ratio, extra=""):
+    print(f"{name:<40} cpu {times['cpu'] * 1e6:9.2f} us   mydev {times['mydev'] * 1e6:9.2f} us   "
+          f"ratio {ratio:5.2f}x{extra}", flush=True)
+    return ratio
 
 
 # -- the add loop ---------------------------------------------------------------------------------
@@ -85,11 +95,11 @@ def add_loop(args):
             time.sleep(args.interval)
         operands = {device: (torch.randn(1, device=device), torch.randn(1, device=device)) for device in DEVICES}
         before, cpu_before = _threads(), _cpu_times()
-        times = interleaved_medians({d: (lambda a=a, b=b: a + b, _sync(d)) for d, (a, b) in operands.items()},
-                                    20000, args.repeat)
+        times, ratio = _measure({d: (lambda a=a, b=b: a + b, _sync(d)) for d, (a, b) in operands.items()},
+                                2000, args.repeat * 10)
         after, cpu_after = _threads(), _cpu_times()
         stamp = datetime.datetime.now().strftime("%H:%M:%S")
-        _ratio_line(f"add, 1 element, run {run + 1} at {stamp}", times["cpu"], times["mydev"])
+        _ratio_line(f"add, 1 element, run {run + 1} at {stamp}", times, ratio)
         if args.threads_report:
             # Where the host/worker hand-off stands: a worker that sleeps between launches shows
             # voluntary switches; host and worker sharing one CPU show up in the last-CPU column.
@@ -143,8 +153,8 @@ def table(args):
     ratios = []
     for name, fn in TABLE.items():
         inputs = {device: _table_inputs(device) for device in DEVICES}
-        times = interleaved_medians({dev: (lambda d=d: fn(d), _sync(dev)) for dev, d in inputs.items()}, 2000,
-                                    args.repeat)
+        times, ratio = _measure({dev: (lambda d=d: fn(d), _sync(dev)) for dev, d in inputs.items()}, 500,
+                                args.repeat * 4)
         extra = ""
         if args.breakdown:
             torch.mydev.synchronize()
@@ -153,7 +163,7 @@ def table(args):
                 fn(inputs["mydev"])
             torch.mydev.synchronize()
             extra = _stages(my_device._C._host_kernel_breakdown(False), 2000)
-        ratios.append(_ratio_line(name, times["cpu"], times["mydev"], extra))
+        ratios.append(_ratio_line(name, times, ratio, extra))
     return ratios
 
 
@@ -243,8 +253,8 @@ def top(args):
             if "device" in k:
                 k["device"] = torch.device(device)
             cases[device] = (lambda a=a, k=k: func(*a, **k), _sync(device))
-        times = interleaved_medians(cases, 500, args.repeat)
-        ratios.append(_ratio_line(f"{name} ({calls} calls)", times["cpu"], times["mydev"]))
+        times, ratio = _measure(cases, 250, args.repeat * 2)
+        ratios.append(_ratio_line(f"{name} ({calls} calls)", times, ratio))
     return ratios
 
 
@@ -264,8 +274,8 @@ def steps(args):
             opt = make_opt(m.parameters())
             xd, td = x.to(device), target.to(device) if target is not None else None
             cases[device] = (lambda m=m, opt=opt, xd=xd, td=td: _train_step(m, opt, xd, td), _sync(device))
-        times = interleaved_medians(cases, inner, args.repeat)
-        ratios.append(_ratio_line(f"{name} training step", times["cpu"], times["mydev"]))
+        times, ratio = _measure(cases, inner, args.repeat)
+        ratios.append(_ratio_line(f"{name} training step", times, ratio))
     return ratios
 
 

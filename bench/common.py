@@ -18,11 +18,11 @@ def median_seconds(fn, inner: int, repeat: int = 9, sync=lambda: None) -> float:
     return statistics.median(samples)
 
 
-def interleaved_medians(cases: dict, inner: int, repeat: int = 9) -> dict:
-    """median_seconds for several cases ({name: (fn, sync)}) whose repetitions alternate (in turn, the
-    order reversed every other round), so that all of them sample the same periods of the machine: on
-    these VMs a period of slower execution lasting seconds made one of two back-to-back measurements
-    up to 1.7x slower than the other."""
+def interleaved_samples(cases: dict, inner: int, repeat: int = 9) -> dict:
+    """Mean seconds per call of each case ({name: (fn, sync)}) over `inner` calls, `repeat` times, the
+    cases taking turns (the order reversed every other round) so that all of them sample the same
+    periods of the machine: on these VMs a period of slower execution lasting seconds made one of two
+    back-to-back measurements up to 1.7x slower than the other. Returns {name: [one sample per round]}."""
     for fn, sync in cases.values():
         fn()
         sync()
@@ -36,7 +36,20 @@ def interleaved_medians(cases: dict, inner: int, repeat: int = 9) -> dict:
                 fn()
             sync()
             samples[name].append((time.perf_counter() - start) / inner)
-    return {name: statistics.median(v) for name, v in samples.items()}
+    return samples
+
+
+def interleaved_medians(cases: dict, inner: int, repeat: int = 9) -> dict:
+    """The median of each case's interleaved_samples."""
+    return {name: statistics.median(v) for name, v in interleaved_samples(cases, inner, repeat).items()}
+
+
+def paired_ratio(samples: dict, num: str, den: str) -> float:
+    """The median over rounds of num's time over den's in the same round (interleaved_samples). The
+    machine's speed changes within milliseconds as well as between seconds (an L1-resident pointer
+    chase measured 1.3 to 3.8 ns per step a few seconds apart): a ratio within one round, whose two
+    samples ran back to back, cancels what a ratio of the two medians of a whole run does not."""
+    return statistics.median(a / b for a, b in zip(samples[num], samples[den]))
 
 
 def parse_args(doc: str, repeat: int, extra=None):
@@ -51,5 +64,5 @@ def parse_args(doc: str, repeat: int, extra=None):
         extra(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} intra-op thread(s), median of {args.repeat}")
+    print(f"torch {torch.__version__}, {args.threads} intra-op thread(s), --repeat {args.repeat}")
     return args
