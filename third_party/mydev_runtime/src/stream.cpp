@@ -400,6 +400,14 @@ void recordFailure(S& s, const char* label) {
   s.error_label = label;
 }
 
+// The failure of fn run on the calling thread (runHeld), whose label is the
+// caller's: truncated as queued tasks' labels are (Task::label).
+void recordCallerFailure(S& s, const char* label) {
+  const std::string kept(label ? label : "", label ? strnlen(label, MYDEV_MAX_LABEL_LENGTH) : 0);
+  std::lock_guard<std::mutex> lock(s.mu);
+  recordFailure(s, kept.c_str());
+}
+
 void workerLoop(std::shared_ptr<S> keep_alive) {
   S& s = *keep_alive;
   t_worker_stream = &s;
@@ -829,11 +837,10 @@ bool runIfIdle(S& s, mydevHostFn_t fn, void* user_data, const char* label, mydev
   }
   *rc = runHeld(s, /*counted=*/true, /*held=*/true, fn, user_data, label);
   if (*rc == mydevErrorLaunchFailure) {
-    // Reported by the next synchronisation, as a queued task's failure is.
-    std::lock_guard<std::mutex> lock(s.mu);
-    const std::string kept(label ? label : "", label ? strnlen(label, MYDEV_MAX_LABEL_LENGTH) : 0);
-    recordFailure(s, kept.c_str());
-    *rc = mydevSuccess;
+    // Reported by the next synchronisation, as a queued task's failure is;
+    // under MYDEV_LAUNCH_BLOCKING by the launch, as every launch's is there.
+    recordCallerFailure(s, label);
+    if (!config().launch_blocking) *rc = mydevSuccess;
   }
   return true;
 }
@@ -965,6 +972,13 @@ mydevError_t launch(mydevStream_t stream, mydevHostFn_t fn, void* user_data, con
   StreamRef ref;
   if (mydevError_t e = ref.resolve(stream)) return e;
   const std::shared_ptr<S>& s = ref.get();
+  // A short task on an idle stream runs at the call in both modes: under
+  // MYDEV_LAUNCH_BLOCKING this is runInStreamOrder's idle case, without its
+  // spin and blocked-stream bookkeeping.
+  if ((flags & mydevLaunchShortTask) && t_worker_stream != s.get()) {
+    mydevError_t rc;
+    if (runIfIdle(*s, fn, user_data, label, &rc)) return rc;
+  }
   if (config().launch_blocking && t_worker_stream != s.get()) {
     // Synchronous launches run in the caller, in stream order: handing each one
     // to the worker and sleeping until it is done costs two thread wake-ups.
@@ -973,17 +987,8 @@ mydevError_t launch(mydevStream_t stream, mydevHostFn_t fn, void* user_data, con
       std::this_thread::sleep_for(std::chrono::microseconds(us));
     }
     const mydevError_t rc = runInStreamOrder(s, fn, user_data, label);
-    if (rc == mydevErrorLaunchFailure) {
-      std::lock_guard<std::mutex> lock(s->mu);
-      // Truncated as queued labels are (Task::label).
-      const std::string kept(label ? label : "", label ? strnlen(label, MYDEV_MAX_LABEL_LENGTH) : 0);
-      recordFailure(*s, kept.c_str());
-    }
+    if (rc == mydevErrorLaunchFailure) recordCallerFailure(*s, label);
     return rc;
-  }
-  if ((flags & mydevLaunchShortTask) && t_worker_stream != s.get()) {
-    mydevError_t rc;
-    if (runIfIdle(*s, fn, user_data, label, &rc)) return rc;
   }
   if (flags & mydevLaunchIdleOnly) return mydevErrorNotReady;
   Task task;
