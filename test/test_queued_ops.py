@@ -584,6 +584,27 @@ def test_zeroing_dense_tensors_is_a_queued_memset(name, fn):
     assert not torch.signbit(r.cpu()).any()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.half, torch.int64, torch.bool,
+                                   torch.complex64])
+def test_short_zeroing_on_an_idle_stream_runs_at_the_call(dtype):
+    # A short dense zero fill is a memset run at the call (Fill.cpp: memset_zero), as is one nested
+    # in a kernel run at the call (the CPU's sum zeroes its output): all bits zero, the stream idle.
+    x = torch.full((4, 6, 8), -1, dtype=dtype) if dtype is not torch.bool else torch.ones(4, 6, 8, dtype=dtype)
+    if dtype.is_floating_point:
+        x = x * -0.0 - 1  # no -0.0 survives a memset
+    s = torch.mydev.default_stream()
+    for fn in (lambda t: t.zero_(), lambda t: t.fill_(0), torch.zeros_like, lambda t: t.permute(2, 0, 1).zero_()):
+        d = x.to("mydev")
+        torch.mydev.synchronize()
+        (got, idle), calls = host_kernel_calls(lambda: (fn(d), s.query()))
+        assert idle and calls == 0
+        expected = fn(x.clone())
+        assert torch.equal(got.cpu(), expected) and not torch.signbit(got.cpu().real.float()).any()
+    if dtype in (torch.float32, torch.float64):
+        small = torch.randn(3, 5, dtype=dtype)
+        torch.testing.assert_close(small.to("mydev").sum(1).cpu(), small.sum(1))
+
+
 def test_zeroing_other_tensors_and_other_fills_keep_cpu_results():
     d, x = X.to("mydev").clone(), X.clone()
     for fn in (lambda t: t[:, ::2].zero_(), lambda t: t.fill_(-0.0), lambda t: t.fill_(2.5),

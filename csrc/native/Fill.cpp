@@ -34,10 +34,18 @@ bool memset_fills(const at::Tensor& self) {
          self.is_non_overlapping_and_dense();
 }
 
-void queue_memset_zero(const at::Tensor& self) {
+void memset_zero(const at::Tensor& self) {
   const c10::DeviceIndex device = self.device().index();
   const size_t nbytes = static_cast<size_t>(self.numel()) * self.element_size();
   if (nbytes == 0) return;
+  // A short one runs at the call on an idle stream, or inside the kernel it is
+  // nested in (the CPU's sum zeroes its output first): no task, no reference
+  // held. Queued, it cost a short sum a task, a lease and a second launch.
+  void* data = self.data_ptr();
+  if (is_short_kernel(self.numel()) &&
+      launch_if_idle(device, "aten::zero_", [data, nbytes] { std::memset(kernel_address(data), 0, nbytes); })) {
+    return;
+  }
   KernelArgs held(device);
   launch_async(device, "aten::zero_", [data = self.data_ptr(), nbytes, keep = held.keep(self.storage())] {
     std::memset(kernel_address(data), 0, nbytes);
@@ -89,7 +97,7 @@ at::Tensor& zero_(at::Tensor& self) {
     if (fill_at_call(self, 0)) return self;
     return host_kernel_call("aten::zero_", self, std::nullopt);
   }
-  queue_memset_zero(self);
+  memset_zero(self);
   return self;
 }
 
@@ -107,7 +115,7 @@ bool is_all_zero_bits(const at::Scalar& value) {
 
 at::Tensor& fill_(at::Tensor& self, const at::Scalar& value) {
   if (memset_fills(self) && is_all_zero_bits(value) && !value.isSymbolic()) {
-    queue_memset_zero(self);
+    memset_zero(self);
     return self;
   }
   if (fill_at_call(self, value)) return self;
