@@ -7,6 +7,7 @@
 
 #include <ATen/OpMathType.h>
 #include <ATen/ScalarOps.h>
+#include <c10/util/MaybeOwned.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/add_native.h>
@@ -34,64 +35,66 @@ const bool g_stubs_mirrored = [] {
 // `tensor op python_number` arrives with the number as a 0-dim CPU double or
 // int64 "wrapped number". When type promotion keeps the tensor's dtype (the
 // usual case: float tensor times 0.5), converting the number first is exactly
-// what the CPU iterator would do, and keeps the op on the queued path.
-at::Tensor match_wrapped_scalar(const at::Tensor& self, const at::Tensor& other) {
+// what the CPU iterator would do, and keeps the op on the queued path. Other
+// calls (every tensor-tensor one) borrow `other`: no reference count taken and
+// dropped per op.
+c10::MaybeOwned<at::Tensor> match_wrapped_scalar(const at::Tensor& self, const at::Tensor& other) {
   if (other.dim() != 0 || !other.unsafeGetTensorImpl()->is_wrapped_number() || other.is_same(self)) {
-    return other;
+    return c10::MaybeOwned<at::Tensor>::borrowed(other);
   }
   const auto common = at::result_type(self, other);
   if (common != self.scalar_type() || other.scalar_type() == common) {
-    return other;
+    return c10::MaybeOwned<at::Tensor>::borrowed(other);
   }
   // Half and bfloat16 loops compute in float and read the number as a float:
   // rounding it to the tensor's dtype first would change results (3.14 is
   // 3.140625 in half). Those calls take the host path, which keeps the CPU's numerics.
   if (at::toOpMathType(common) != common) {
-    return other;
+    return c10::MaybeOwned<at::Tensor>::borrowed(other);
   }
   at::Tensor converted = at::detail::scalar_tensor_static(other.item(), common, at::kCPU);
   converted.unsafeGetTensorImpl()->set_wrapped_number(true);
-  return converted;
+  return c10::MaybeOwned<at::Tensor>::owned(std::move(converted));
 }
 
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   return functional<at::native::structured_ufunc_add_CPU>("aten::add.Tensor", self,
-                                                          match_wrapped_scalar(self, other), alpha);
+                                                          *match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   return in_place<at::native::structured_ufunc_add_CPU>("aten::add_.Tensor", self,
-                                                        match_wrapped_scalar(self, other), alpha);
+                                                        *match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   return functional<at::native::structured_sub_out>("aten::sub.Tensor", self,
-                                                    match_wrapped_scalar(self, other), alpha);
+                                                    *match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor& sub_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   return in_place<at::native::structured_sub_out>("aten::sub_.Tensor", self,
-                                                  match_wrapped_scalar(self, other), alpha);
+                                                  *match_wrapped_scalar(self, other), alpha);
 }
 
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
   return functional<at::native::structured_mul_out>("aten::mul.Tensor", self,
-                                                    match_wrapped_scalar(self, other));
+                                                    *match_wrapped_scalar(self, other));
 }
 
 at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
   return in_place<at::native::structured_mul_out>("aten::mul_.Tensor", self,
-                                                  match_wrapped_scalar(self, other));
+                                                  *match_wrapped_scalar(self, other));
 }
 
 at::Tensor div(const at::Tensor& self, const at::Tensor& other) {
   return functional<at::native::structured_div_out>("aten::div.Tensor", self,
-                                                    match_wrapped_scalar(self, other));
+                                                    *match_wrapped_scalar(self, other));
 }
 
 at::Tensor& div_(at::Tensor& self, const at::Tensor& other) {
   return in_place<at::native::structured_div_out>("aten::div_.Tensor", self,
-                                                  match_wrapped_scalar(self, other));
+                                                  *match_wrapped_scalar(self, other));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -604,7 +604,7 @@ std::array<at::Tensor, N> queue_functional(const char* label, const Args&... arg
 // A structured kernel with one output, as a new mydev tensor.
 template <class Base, class... Args>
 at::Tensor functional(const char* label, const Args&... args) {
-  return queue_functional<Base, 1>(label, args...)[0];
+  return std::move(queue_functional<Base, 1>(label, args...)[0]);  // (the array is a temporary)
 }
 
 // A structured kernel with N outputs (nll_loss_forward: output, total_weight),
