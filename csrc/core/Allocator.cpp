@@ -618,18 +618,32 @@ class DeviceCache {
   std::atomic<uint64_t> clock_{0};  // see free_clock; written under mutex_, read without it
 };
 
-DeviceCache& cache_for(c10::DeviceIndex device) {
-  // Made once: the device count never changes within a process. Every
-  // allocation and free looks its device up here.
-  static const std::vector<std::unique_ptr<DeviceCache>> caches = [] {
-    std::vector<std::unique_ptr<DeviceCache>> v;
+// Every allocation, free and kernel launch looks its device's cache up here:
+// a table filled once (the device count never changes within a process), read
+// inline with an acquire load; the first call per process, and an index out of
+// range, go through make_caches.
+std::array<std::atomic<DeviceCache*>, kMaxDevices> g_caches{};
+
+C10_NOINLINE DeviceCache& make_caches(c10::DeviceIndex device) {
+  static const bool made = [] {
     for (auto i : c10::irange(device_count())) {
-      v.emplace_back(std::make_unique<DeviceCache>(static_cast<c10::DeviceIndex>(i)));
+      // Never destroyed: tensors that other static objects hold are freed
+      // during static destruction, in no order this file controls.
+      g_caches[static_cast<size_t>(i)].store(new DeviceCache(static_cast<c10::DeviceIndex>(i)),
+                                             std::memory_order_release);
     }
-    return v;
+    return true;
   }();
-  if (C10_UNLIKELY(device < 0 || static_cast<size_t>(device) >= caches.size())) check_device_index(device);
-  return *caches[static_cast<size_t>(device)];
+  (void)made;
+  check_device_index(device);
+  return *g_caches[static_cast<size_t>(device)].load(std::memory_order_acquire);
+}
+
+inline DeviceCache& cache_for(c10::DeviceIndex device) {
+  if (C10_LIKELY(static_cast<size_t>(device) < kMaxDevices)) {
+    if (DeviceCache* cache = g_caches[static_cast<size_t>(device)].load(std::memory_order_acquire)) return *cache;
+  }
+  return make_caches(device);
 }
 
 // torch.profiler(profile_memory=True): each allocation and free, with the
@@ -653,8 +667,6 @@ void report_memory(void* ptr, int64_t delta, c10::DeviceIndex device) {
   c10::DebugInfoGuard as_profiling_thread(std::move(state));
   if (c10::memoryProfilingEnabled()) report_to_profiler(ptr, delta, device);
 }
-
-constexpr size_t kMaxDevices = 64;  // the runtime's limit (MYDEV_DEVICE_COUNT)
 
 // A freed DataPtr names its device through its deleter, one per device, so
 // that a free takes only that device's lock. A raw free (raw_deleter, a

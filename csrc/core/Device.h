@@ -1,9 +1,13 @@
 #pragma once
 #include <c10/core/Device.h>
 
+#include <cstddef>
+
 namespace my_device {
 
 constexpr c10::DeviceType kMyDev = c10::DeviceType::PrivateUse1;
+// The runtime's limit on MYDEV_DEVICE_COUNT: per-device tables are this long.
+constexpr size_t kMaxDevices = 64;
 
 c10::DeviceIndex device_count() noexcept;
 c10::DeviceIndex current_device();

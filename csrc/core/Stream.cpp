@@ -21,7 +21,6 @@ struct StreamRecord {
 };
 
 constexpr int kPoolSize = 8;      // streams per device and priority, as CUDA's pools (of 32)
-constexpr int kMaxDevices = 64;   // the runtime's limit
 
 std::mutex g_mutex;
 std::deque<StreamRecord> g_streams;  // id n > 0 is g_streams[n - 1]; deque keeps addresses stable
