@@ -8,7 +8,8 @@
 // dynamic loader keeps about 1.6 KiB there for all the libraries loaded after
 // start-up, and one that does not fit fails to load. So large per-thread
 // tables go on the heap, behind a pointer (test_hot_thread_locals.py keeps
-// the library's total under a budget).
+// the library's total under a budget). The runtime, which includes nothing of
+// this layer, defines the same macro for its own (src/internal.h).
 #if defined(__GNUC__) && defined(__linux__)
 #define MYDEV_HOT_TLS __attribute__((tls_model("initial-exec")))
 #else

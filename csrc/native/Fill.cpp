@@ -47,7 +47,7 @@ void memset_zero(const at::Tensor& self) {
     return;
   }
   KernelArgs held(device);
-  launch_async(device, "aten::zero_", [data = self.data_ptr(), nbytes, keep = held.keep(self.storage())] {
+  launch_async(device, "aten::zero_", [data, nbytes, keep = held.keep(self.storage())] {
     std::memset(kernel_address(data), 0, nbytes);
   }, is_short_kernel(self.numel()));
 }
