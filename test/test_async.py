@@ -33,7 +33,11 @@ def _voluntary_switches():
         return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/thread-self/status"), reason="counts context switches in Linux's /proc")
+_PROC_STATUS = pytest.mark.skipif(not os.path.exists("/proc/thread-self/status"),
+                                  reason="counts context switches in Linux's /proc")
+
+
+@_PROC_STATUS
 @pytest.mark.parametrize("sync", ["stream", "device"])
 def test_a_synchronising_host_sleeps_until_its_work_is_done_not_per_task(sync):
     # A host blocked in a synchronisation was once woken at every completed
@@ -55,6 +59,35 @@ def test_a_synchronising_host_sleeps_until_its_work_is_done_not_per_task(sync):
     # One sleep for the whole queue; a few more for the page faults or signals
     # of a busy machine, but nowhere near one per task.
     assert woken <= 5, f"the host was woken {woken} times while {tasks} tasks completed"
+
+
+@_PROC_STATUS
+def test_a_host_kernel_waiting_for_queued_work_sleeps_until_its_turn():
+    # The same for a host kernel that runs at the call in stream order
+    # (nonzero: its output's shape depends on the data) behind queued work.
+    # Real matrix products, not the test delay: a delayed worker hands over
+    # the stream differently.
+    torch.manual_seed(0)
+    b, a, w = torch.randn(64), torch.randn(16, 512), torch.randn(512, 64)
+    bd, ad, wd = b.to("mydev"), a.to("mydev"), w.to("mydev")
+    tasks = 100
+    threads = torch.get_num_threads()
+    # One intra-op thread, so that the worker's products leave the host a core
+    # to queue them faster than they run.
+    torch.set_num_threads(1)
+    try:
+        for _ in range(2):  # the first round warms up the host's path, during which the worker drains the queue
+            torch.mydev.synchronize()
+            outs = [torch.addmm(bd, ad, wd) for _ in range(tasks)]
+            before = _voluntary_switches()
+            nonzero = torch.nonzero(outs[-1] > 0)
+            woken = _voluntary_switches() - before
+    finally:
+        torch.set_num_threads(threads)
+    expected = torch.addmm(b, a, w)
+    torch.testing.assert_close(nonzero.cpu(), torch.nonzero(expected > 0))
+    torch.testing.assert_close(outs[0].cpu(), expected)
+    assert woken <= 10, f"the host was woken {woken} times while waiting for {tasks} queued products"
 
 
 def test_kernels_on_a_non_current_device_queue_on_that_devices_stream():

@@ -910,9 +910,9 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
       const bool wake = s.worker_sleeping;
       s.worker_sleeping = false;
       if (wake) s.work_cv.notify_one();
-      ++s.waiters;
+      // Not counted in s.waiters: the worker notifies when it reaches the gate
+      // (or process exit drops it), so the tasks before it wake no one.
       s.done_cv.wait(lock, [&] { return reached.done; });
-      --s.waiters;
       held = reached.rc == 1;  // else process exit dropped the gate
     }
   }
