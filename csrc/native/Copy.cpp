@@ -129,7 +129,7 @@ bool copy_at_call(const at::Tensor& src, const at::Tensor& dst) {
                                 .check_all_same_dtype(false)
                                 .check_all_same_device(false)
                                 .build();
-  return launch_if_idle(device, "aten::copy_", [&] {
+  return launch_if_idle(device, "aten::copy_", [&]() MYDEV_INLINE_BODY {
     structured::use_kernel_addresses(iter);
     at::native::copy_stub(c10::DeviceType::CPU, iter, /*non_blocking=*/false);
   });

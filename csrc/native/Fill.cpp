@@ -73,7 +73,7 @@ bool fill_at_call(at::Tensor& self, const at::Scalar& value) {
   // CPU raises that at the call: so does this, rather than at the next
   // synchronisation as a kernel failure.
   std::exception_ptr error;
-  const bool ran = launch_if_idle(device, "aten::fill_", [&] {
+  const bool ran = launch_if_idle(device, "aten::fill_", [&]() MYDEV_INLINE_BODY {
     try {
       structured::use_kernel_addresses(iter);
       at::native::fill_stub(c10::DeviceType::CPU, iter, value);

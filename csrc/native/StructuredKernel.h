@@ -489,7 +489,7 @@ std::optional<std::array<at::Tensor, N>> functional_now(const char* label, const
   if (!is_short_kernel(op.numel())) return std::nullopt;
   TORCH_INTERNAL_ASSERT(op.outputs[0].device().index() == device, label, ": output on mydev:",
                         op.outputs[0].device().index(), ", inputs on mydev:", device);
-  const bool ran = launch_if_idle(device, label, [&] {
+  const bool ran = launch_if_idle(device, label, [&]() MYDEV_INLINE_BODY {
     use_kernel_addresses(op);
     std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs);
   });
@@ -557,7 +557,7 @@ std::array<at::Tensor, N> queue_functional(const char* label, const Args&... arg
       if constexpr (RunsOnDeviceTensors<Base>::value) {
         on_device_tensors = !strict_mode() && RunsOnDeviceTensors<Base>::accepts(args...);
       }
-      const bool ran = launch_if_idle(device, label, [&] {
+      const bool ran = launch_if_idle(device, label, [&]() MYDEV_INLINE_BODY {
         if (on_device_tensors) {
           std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs);
           return;
@@ -626,7 +626,7 @@ bool in_place_now(const char* label, at::Tensor& self, const Args&... args) {
     run_host_kernel(label, self, args...);
     return true;
   }
-  return launch_if_idle(device, label, [&] {
+  return launch_if_idle(device, label, [&]() MYDEV_INLINE_BODY {
     use_kernel_addresses(op);
     op.impl(self, args..., self);
   });

@@ -331,7 +331,7 @@ class DeviceGuard {
 // A launched function's body: on the stream's device, and an exception
 // escaping it (a "kernel" crashing) turned into its failure. It reaches device
 // memory through kernel addresses (mydevKernelAddress), so nothing is opened.
-int callLaunched(int device, mydevHostFn_t fn, void* user_data) {
+MYDEV_ALWAYS_INLINE int callLaunched(int device, mydevHostFn_t fn, void* user_data) {
   DeviceGuard guard(device);
   try {
     return fn(user_data);
@@ -790,7 +790,7 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
 // Runs fn on the calling thread as the stream's current unit of work, which
 // the caller counted (`counted`: enqueued incremented) and for which it holds
 // the worker (`held`: inline_held incremented); completes both when fn returns.
-mydevError_t runHeld(S& s, bool counted, bool held, mydevHostFn_t fn, void* user_data, const char* label) {
+MYDEV_ALWAYS_INLINE mydevError_t runHeld(S& s, bool counted, bool held, mydevHostFn_t fn, void* user_data, const char* label) {
   // Completes this unit and releases the worker when fn returns (or unwinds).
   struct Release {
     S& s;
@@ -836,7 +836,7 @@ mydevError_t runHeld(S& s, bool counted, bool held, mydevHostFn_t fn, void* user
 // machine runs the two threads is not ours to choose; a short task on an idle
 // stream costs less run here than its hand-off. Work already queued is never
 // overtaken.
-bool runIfIdle(S& s, mydevHostFn_t fn, void* user_data, const char* label, mydevError_t* rc) {
+MYDEV_ALWAYS_INLINE bool runIfIdle(S& s, mydevHostFn_t fn, void* user_data, const char* label, mydevError_t* rc) {
   // (A hint without the lock; the locked check decides.)
   if (s.delay_us.load(std::memory_order_relaxed) != 0 ||
       s.completed.load(std::memory_order_acquire) != s.enqueued.load(std::memory_order_acquire)) {
