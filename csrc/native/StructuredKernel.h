@@ -11,6 +11,12 @@
 // A vendor plugs in device loops by registering theirs in that slot instead.
 // Op families using this: BinaryOps.cpp, UnaryOps.cpp, SoftMax.cpp, LinearAlgebra.cpp,
 // ReduceOps.cpp, TensorCompare.cpp, LossOps.cpp.
+//
+// The entry points (functional, queue_functional, in_place and their at-call
+// halves) are MYDEV_ALWAYS_INLINE: a kernel run at the call pays for every frame
+// between the op and impl() (Launch.h), and with these inlined a short op on an
+// idle stream has the op's own function, the runtime's launch and the kernel's
+// trampoline above impl(), where the CPU has its structured wrapper.
 
 // The wheel's libtorch_cpu is built with these CPU-capability kernels, and the
 // DispatchStub header only declares the matching members when they are defined.
@@ -480,7 +486,7 @@ struct OnDeviceTensors : std::true_type {
 // (the caller then builds the job; if the stream stopped being idle after
 // meta() ran here, meta() runs once more there).
 template <class Base, size_t N, class... Args>
-std::optional<std::array<at::Tensor, N>> functional_now(const char* label, const Args&... args) {
+MYDEV_ALWAYS_INLINE std::optional<std::array<at::Tensor, N>> functional_now(const char* label, const Args&... args) {
   const c10::DeviceIndex device = launch_device(args...);
   if (!short_operands(args...) || !stream_idle(device)) return std::nullopt;
   Functional<Base, N> op;
@@ -500,7 +506,7 @@ std::optional<std::array<at::Tensor, N>> functional_now(const char* label, const
 // What functional<> and functional_tuple<> share: meta() now, impl() queued,
 // the N outputs returned to the caller.
 template <class Base, size_t N, class... Args>
-std::array<at::Tensor, N> queue_functional(const char* label, const Args&... args) {
+MYDEV_ALWAYS_INLINE std::array<at::Tensor, N> queue_functional(const char* label, const Args&... args) {
   if constexpr (kIterator<Base>) {
     if (auto out = functional_now<Base, N>(label, args...)) return std::move(*out);
     struct Job : Pooled<Job> {
@@ -603,7 +609,7 @@ std::array<at::Tensor, N> queue_functional(const char* label, const Args&... arg
 
 // A structured kernel with one output, as a new mydev tensor.
 template <class Base, class... Args>
-at::Tensor functional(const char* label, const Args&... args) {
+MYDEV_ALWAYS_INLINE at::Tensor functional(const char* label, const Args&... args) {
   return std::move(queue_functional<Base, 1>(label, args...)[0]);  // (the array is a temporary)
 }
 
@@ -617,7 +623,7 @@ auto functional_tuple(const char* label, const Args&... args) {
 
 // in_place's counterpart of functional_now: true if the call is done.
 template <class Base, class... Args>
-bool in_place_now(const char* label, at::Tensor& self, const Args&... args) {
+MYDEV_ALWAYS_INLINE bool in_place_now(const char* label, at::Tensor& self, const Args&... args) {
   const c10::DeviceIndex device = self.device().index();
   if (!short_operands(self, args...) || !stream_idle(device)) return false;
   InPlace<Base> op(self);
@@ -633,7 +639,7 @@ bool in_place_now(const char* label, at::Tensor& self, const Args&... args) {
 }
 
 template <class Base, class... Args>
-at::Tensor& in_place(const char* label, at::Tensor& self, const Args&... args) {
+MYDEV_ALWAYS_INLINE at::Tensor& in_place(const char* label, at::Tensor& self, const Args&... args) {
   // impl() runs on the device tensors themselves: only a TensorIterator
   // (use_kernel_addresses) knows to reach them at their kernel addresses.
   static_assert(kIterator<Base>, "in_place: TensorIterator ops only; others go through a HostCall");
