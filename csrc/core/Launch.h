@@ -249,27 +249,35 @@ template <class F>
 MYDEV_ALWAYS_INLINE bool launch_if_idle(c10::DeviceIndex device, const char* label, F&& body) {
   reap_finished_kernels();
   const mydevStream_t stream = current_stream_handle(device);
-  struct Closure {
-    std::remove_reference_t<F>* body;
-    c10::DeviceIndex device;
-    const char* label;
-    KernelContext context;
-  } closure{&body, device, label, kernel_context(device, stream)};
-  closure.context.at_call = true;
-  auto trampoline = [](void* data) -> int {
-    auto* c = static_cast<Closure*>(data);
-    return run_kernel_body<false>(c->context, c->device, c->label, *c->body);  // always on this thread
-  };
-  const mydevError_t err =
-      mydevLaunchHostFuncEx(stream, trampoline, &closure, label, mydevLaunchShortTask | mydevLaunchIdleOnly);
-  if (err == mydevErrorNotReady) {
+  // A caller task, not a launch of a function pointer: the body runs here,
+  // under the op's own frame (see MYDEV_ALWAYS_INLINE).
+  mydevCallerTask task;
+  const mydevError_t begun = mydevStreamBeginCallerTask(stream, &task);
+  if (begun == mydevErrorNotReady) {
     // (The stream is busy with the kernel this one is nested in, if any:
     // asked here, off the idle path.)
     if (!launch_is_nested(device, stream)) return false;
     body();
     return true;
   }
-  finish_launch(device, err);
+  if (C10_UNLIKELY(begun != mydevSuccess)) {
+    finish_launch(device, begun);  // raises
+    return true;
+  }
+  KernelContext context = kernel_context(device, stream);
+  context.at_call = true;
+  // Ends the task if the body throws what run_kernel_body does not catch (a
+  // forced unwind): the stream must not stay taken.
+  struct EndOnUnwind {
+    mydevCallerTask* task;
+    const char* label;
+    ~EndOnUnwind() {
+      if (task) mydevStreamEndCallerTask(task, 1, label);
+    }
+  } unwind{&task, label};
+  const int status = run_kernel_body<false>(context, device, label, body);  // always on this thread
+  unwind.task = nullptr;
+  finish_launch(device, mydevStreamEndCallerTask(&task, status, label));
   return true;
 }
 

@@ -209,6 +209,26 @@ MYDEV_API mydevError_t mydevLaunchHostFuncLabeled(mydevStream_t stream, mydevHos
 #define mydevLaunchIdleOnly 0x2u
 MYDEV_API mydevError_t mydevLaunchHostFuncEx(mydevStream_t stream, mydevHostFn_t fn, void* user_data,
                                              const char* label, unsigned int flags);
+/* A short task the calling thread runs itself, without a function pointer:
+ * mydevStreamBeginCallerTask takes the stream if it is idle (as
+ * mydevLaunchShortTask | mydevLaunchIdleOnly would run fn), the caller runs the
+ * task, and mydevStreamEndCallerTask completes it. In between, the caller is
+ * the stream's work as a launched function is (the stream's device is current,
+ * work it enqueues on the stream runs after it, synchronising the stream does
+ * not wait for it), and it must end the task on the same thread. For callers
+ * whose task runs under a deep call chain of its own: the frames of a launch
+ * and a trampoline above each such task cost more than the launch itself.
+ * Begin returns mydevErrorNotReady, and begins nothing, if the stream is busy
+ * (or the caller is the stream's own work). End reports `failed` (non-zero) as
+ * a short task's failure: the stream's sticky error, and also its return value
+ * under MYDEV_LAUNCH_BLOCKING. The struct is the runtime's; callers only
+ * provide its storage. */
+typedef struct mydevCallerTask {
+  unsigned long long opaque[8];
+} mydevCallerTask;
+MYDEV_API mydevError_t mydevStreamBeginCallerTask(mydevStream_t stream, mydevCallerTask* task);
+MYDEV_API mydevError_t mydevStreamEndCallerTask(mydevCallerTask* task, int failed, const char* label);
+
 /* Copies into buf the label of the launch behind the stream's sticky error:
  * the failure pending for the next synchronisation or, once that reported it,
  * the most recently reported one (until a new failure replaces it). Writes ""

@@ -59,6 +59,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -787,6 +788,25 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   return wait.rc ? mydevErrorLaunchFailure : mydevSuccess;
 }
 
+// Completes a unit of the stream's work that ran on the calling thread, which
+// the caller counted (enqueued incremented) and, if `held`, for which it held
+// the worker (inline_held incremented).
+void completeOnCaller(S& s, bool held) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (held) --s.inline_held;
+    updateRunnable(s);
+    s.completed.store(s.completed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    notifyCompleted(s);
+    // Only a worker waiting for the hold to end needs a wake-up: one
+    // sleeping for work is woken by the next enqueue, and waking it
+    // after every short task run here would cost a futex call each.
+    wake = s.worker_waiting_inline;
+  }
+  if (wake) s.work_cv.notify_all();  // let the worker go on
+}
+
 // Runs fn on the calling thread as the stream's current unit of work, which
 // the caller counted (`counted`: enqueued incremented) and for which it holds
 // the worker (`held`: inline_held incremented); completes both when fn returns.
@@ -798,20 +818,7 @@ MYDEV_ALWAYS_INLINE mydevError_t runHeld(S& s, bool counted, bool held, mydevHos
     S* saved_worker_stream;
     ~Release() {
       t_worker_stream = saved_worker_stream;
-      if (!counted) return;
-      bool wake;
-      {
-        std::lock_guard<std::mutex> lock(s.mu);
-        if (held) --s.inline_held;
-        updateRunnable(s);
-        s.completed.store(s.completed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-        notifyCompleted(s);
-        // Only a worker waiting for the hold to end needs a wake-up: one
-        // sleeping for work is woken by the next enqueue, and waking it
-        // after every short task run here would cost a futex call each.
-        wake = s.worker_waiting_inline;
-      }
-      if (wake) s.work_cv.notify_all();  // let the worker go on
+      if (counted) completeOnCaller(s, held);
     }
   } release{s, counted, held, t_worker_stream};
   // While fn runs this thread is "in" the stream, as its worker would be:
@@ -826,40 +833,48 @@ MYDEV_ALWAYS_INLINE mydevError_t runHeld(S& s, bool counted, bool held, mydevHos
   return rc ? mydevErrorLaunchFailure : mydevSuccess;
 }
 
-// Short tasks (mydevLaunchShortTask): runs fn on the calling thread if the
-// stream is idle, and reports whether it did. Handing a task to the worker
-// moves the task, the stream's counters and its lock between two cores. On
-// the 2-vCPU machines this was measured on, that cost varied between periods:
-// the same loop of 1-element adds measured 1.3x CPU's time in one and 2.3x in
-// another, while synchronous launches (no hand-off) stayed at 1.2x, and in a
-// slow period the host-side stages of a launch took twice as long. Where the
-// machine runs the two threads is not ours to choose; a short task on an idle
-// stream costs less run here than its hand-off. Work already queued is never
-// overtaken.
-MYDEV_ALWAYS_INLINE bool runIfIdle(S& s, mydevHostFn_t fn, void* user_data, const char* label, mydevError_t* rc) {
+// Short tasks (mydevLaunchShortTask, and caller tasks): counts a unit of work
+// and holds the stream's worker for the calling thread if the stream is idle,
+// and reports whether it did. Handing a task to the worker moves the task, the
+// stream's counters and its lock between two cores. On the 2-vCPU machines
+// this was measured on, that cost varied between periods: the same loop of
+// 1-element adds measured 1.3x CPU's time in one and 2.3x in another, while
+// synchronous launches (no hand-off) stayed at 1.2x, and in a slow period the
+// host-side stages of a launch took twice as long. Where the machine runs the
+// two threads is not ours to choose; a short task on an idle stream costs less
+// run here than its hand-off. Work already queued is never overtaken.
+MYDEV_ALWAYS_INLINE bool holdIfIdle(S& s) {
   // (A hint without the lock; the locked check decides.)
   if (s.delay_us.load(std::memory_order_relaxed) != 0 ||
       s.completed.load(std::memory_order_acquire) != s.enqueued.load(std::memory_order_acquire)) {
     return false;
   }
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    const uint64_t before = s.enqueued.load(std::memory_order_relaxed);
-    if (s.abandoned || s.stopping || s.inline_held > 0 || s.blocked > 0 || !s.queue.empty() ||
-        s.completed.load(std::memory_order_relaxed) != before) {
-      return false;
-    }
-    s.enqueued.store(before + 1, std::memory_order_release);
-    ++s.inline_held;
-    updateRunnable(s);
+  std::lock_guard<std::mutex> lock(s.mu);
+  const uint64_t before = s.enqueued.load(std::memory_order_relaxed);
+  if (s.abandoned || s.stopping || s.inline_held > 0 || s.blocked > 0 || !s.queue.empty() ||
+      s.completed.load(std::memory_order_relaxed) != before) {
+    return false;
   }
+  s.enqueued.store(before + 1, std::memory_order_release);
+  ++s.inline_held;
+  updateRunnable(s);
+  return true;
+}
+
+// What the launch of a short task that failed on the calling thread returns.
+// The failure is reported by the next synchronisation, as a queued task's is;
+// under MYDEV_LAUNCH_BLOCKING by the launch, as every launch's is there.
+mydevError_t callerTaskFailed(S& s, const char* label) {
+  recordCallerFailure(s, label);
+  return config().launch_blocking ? mydevErrorLaunchFailure : mydevSuccess;
+}
+
+// Runs a short task on the calling thread if the stream is idle (holdIfIdle),
+// and reports whether it did.
+MYDEV_ALWAYS_INLINE bool runIfIdle(S& s, mydevHostFn_t fn, void* user_data, const char* label, mydevError_t* rc) {
+  if (!holdIfIdle(s)) return false;
   *rc = runHeld(s, /*counted=*/true, /*held=*/true, fn, user_data, label);
-  if (*rc == mydevErrorLaunchFailure) {
-    // Reported by the next synchronisation, as a queued task's failure is;
-    // under MYDEV_LAUNCH_BLOCKING by the launch, as every launch's is there.
-    recordCallerFailure(s, label);
-    if (!config().launch_blocking) *rc = mydevSuccess;
-  }
+  if (*rc == mydevErrorLaunchFailure) *rc = callerTaskFailed(s, label);
   return true;
 }
 
@@ -977,6 +992,8 @@ class StreamRef {
     return mydevSuccess;
   }
   const std::shared_ptr<S>& get() const { return *stream_; }
+  // The reference to a user stream that resolve() took (empty for a default stream).
+  std::shared_ptr<S> take_reference() { return std::move(user_); }
 
  private:
   std::shared_ptr<S> user_;
@@ -1146,6 +1163,53 @@ mydevError_t mydevLaunchHostFuncLabeled(mydevStream_t stream, mydevHostFn_t fn, 
 mydevError_t mydevLaunchHostFuncEx(mydevStream_t stream, mydevHostFn_t fn, void* user_data, const char* label,
                                    unsigned int flags) {
   return launch(stream, fn, user_data, label, flags);
+}
+
+namespace {
+// What a mydevCallerTask holds between its begin and end.
+struct CallerTask {
+  std::shared_ptr<S> keep_alive;  // a user stream's reference; a default stream lives as long as the process
+  S* stream;
+  S* saved_worker_stream;
+  int saved_device;
+  bool traced;
+  uint64_t correlation;
+  int64_t start;
+};
+static_assert(sizeof(CallerTask) <= sizeof(mydevCallerTask) && alignof(CallerTask) <= alignof(mydevCallerTask),
+              "mydevCallerTask is too small for CallerTask");
+}  // namespace
+
+mydevError_t mydevStreamBeginCallerTask(mydevStream_t stream, mydevCallerTask* task) {
+  if (mydevError_t e = ensureInitialized()) return e;
+  if (!task) return mydevErrorInvalidValue;
+  StreamRef ref;
+  if (mydevError_t e = ref.resolve(stream)) return e;
+  S& s = *ref.get();
+  // From the stream's own work, it is not idle (it is running that work).
+  if (t_worker_stream == &s || !holdIfIdle(s)) return mydevErrorNotReady;
+  const bool traced = activityEnabled();
+  new (task->opaque) CallerTask{ref.take_reference(), &s,
+                                t_worker_stream, currentDevice(),
+                                traced, traced ? activityCorrelation() : 0,
+                                traced ? activityClockNs() : 0};
+  // As for a launched function: the calling thread is "in" the stream, on its device.
+  t_worker_stream = &s;
+  setCurrentDevice(s.device);
+  return mydevSuccess;
+}
+
+mydevError_t mydevStreamEndCallerTask(mydevCallerTask* task, int failed, const char* label) {
+  if (!task) return mydevErrorInvalidValue;
+  CallerTask* c = std::launder(reinterpret_cast<CallerTask*>(task->opaque));
+  S& s = *c->stream;
+  if (c->traced) emitActivity(s, mydevActivityKindKernel, label, c->correlation, c->start, activityClockNs(), 0, true);
+  setCurrentDevice(c->saved_device);
+  t_worker_stream = c->saved_worker_stream;
+  completeOnCaller(s, /*held=*/true);
+  const mydevError_t rc = failed ? callerTaskFailed(s, label) : mydevSuccess;
+  c->~CallerTask();
+  return rc;
 }
 
 mydevError_t mydevLaunchHostFuncInline(mydevStream_t stream, mydevHostFn_t fn, void* user_data) {

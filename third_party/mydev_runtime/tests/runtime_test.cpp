@@ -1450,6 +1450,69 @@ void testShortTasks() {
   CHECK_OK(mydevStreamDestroy(s));
 }
 
+// Caller tasks: the caller runs the task itself between begin and end.
+void testCallerTasks() {
+  const int n = deviceCount();
+  mydevStream_t s = newStream(n - 1);
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK_ERR(mydevStreamBeginCallerTask(s, nullptr), mydevErrorInvalidValue);
+  CHECK_ERR(mydevStreamEndCallerTask(nullptr, 0, nullptr), mydevErrorInvalidValue);
+  // On an idle stream: begun, and while it runs the stream is busy with it,
+  // on its device; work launched meanwhile runs after it.
+  mydevCallerTask task;
+  CHECK_OK(mydevStreamBeginCallerTask(s, &task));
+  int cur = -1;
+  CHECK_OK(mydevGetDevice(&cur));
+  CHECK(cur == n - 1);
+  CHECK_ERR(mydevStreamQuery(s), mydevErrorNotReady);
+  std::atomic<int> flag{0};
+  if (!launchBlocking()) {  // (there a launch runs in the caller, inside the task)
+    std::thread other([&] { CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag)); });
+    other.join();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(flag == 0);  // held back by the task
+  }
+  CHECK_OK(mydevStreamSynchronize(s));  // inside the task: does not wait for it
+  CHECK_OK(mydevStreamEndCallerTask(&task, 0, "caller task"));
+  CHECK_OK(mydevGetDevice(&cur));
+  CHECK(cur == 0);  // the caller's device is back
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(flag == (launchBlocking() ? 0 : 1));
+  // A failed task is the stream's sticky error, with its label; under
+  // MYDEV_LAUNCH_BLOCKING also the end's return value.
+  CHECK_OK(mydevStreamBeginCallerTask(s, &task));
+  CHECK_ERR(mydevStreamEndCallerTask(&task, 1, "failed caller task"),
+            launchBlocking() ? mydevErrorLaunchFailure : mydevSuccess);
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);
+  char label[64];
+  CHECK_OK(mydevStreamGetErrorLabel(s, label, sizeof(label)));
+  CHECK(std::string(label) == "failed caller task");
+  CHECK_OK(mydevStreamSynchronize(s));  // reported once
+  // Behind queued work, or from inside the stream's own work: nothing begun.
+  if (!launchBlocking()) {
+    CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+    std::atomic<int> queued{0};
+    CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &queued));
+    CHECK_ERR(mydevStreamBeginCallerTask(s, &task), mydevErrorNotReady);
+    CHECK_OK(mydevStreamSynchronize(s));
+    CHECK(queued == 1);
+    CHECK_OK(mydevTestSetStreamDelay(s, 0));
+  }
+  struct Nested {
+    mydevStream_t s;
+    mydevError_t begun = mydevSuccess;
+  } nested{s};
+  CHECK_OK(mydevLaunchHostFuncInline(s, [](void* ud) -> int {
+    auto* p = static_cast<Nested*>(ud);
+    mydevCallerTask inner;
+    p->begun = mydevStreamBeginCallerTask(p->s, &inner);
+    return 0;
+  }, &nested));
+  CHECK(nested.begun == mydevErrorNotReady);
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK_OK(mydevStreamDestroy(s));
+}
+
 void testLaunchInline() {
   const int n = deviceCount();
   int* d = nullptr;
@@ -3197,6 +3260,7 @@ int runAll() {
   testStickyErrorAndLabel();
   testLaunchInline();
   testShortTasks();
+  testCallerTasks();
   testActivityTracing();
   testPriorityOrder();
   testPriorityNoDeadlock();
