@@ -14,9 +14,9 @@
 //
 // The entry points (functional, queue_functional, in_place and their at-call
 // halves) are MYDEV_ALWAYS_INLINE: a kernel run at the call pays for every frame
-// between the op and impl() (Launch.h), and with these inlined a short op on an
-// idle stream has the op's own function, the runtime's launch and the kernel's
-// trampoline above impl(), where the CPU has its structured wrapper.
+// between the op and impl() (Launch.h). With these inlined, and launch_if_idle
+// running the body in a caller task, a short op on an idle stream has only its
+// own function above impl(), where the CPU has its structured wrapper.
 
 // The wheel's libtorch_cpu is built with these CPU-capability kernels, and the
 // DispatchStub header only declares the matching members when they are defined.

@@ -216,8 +216,8 @@ MYDEV_API mydevError_t mydevLaunchHostFuncEx(mydevStream_t stream, mydevHostFn_t
  * the stream's work as a launched function is (the stream's device is current,
  * work it enqueues on the stream runs after it, synchronising the stream does
  * not wait for it), and it must end the task on the same thread. For callers
- * whose task runs under a deep call chain of its own: the frames of a launch
- * and a trampoline above each such task cost more than the launch itself.
+ * whose task runs under a deep call chain of its own, where every frame above
+ * it (a launch's, a trampoline's) costs several times what it costs elsewhere.
  * Begin returns mydevErrorNotReady, and begins nothing, if the stream is busy
  * (or the caller is the stream's own work). End reports `failed` (non-zero) as
  * a short task's failure: the stream's sticky error, and also its return value
