@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import my_device
 from conftest import delayed
@@ -88,6 +89,46 @@ def test_a_host_kernel_waiting_for_queued_work_sleeps_until_its_turn():
     torch.testing.assert_close(nonzero.cpu(), torch.nonzero(expected > 0))
     torch.testing.assert_close(outs[0].cpu(), expected)
     assert woken <= 10, f"the host was woken {woken} times while waiting for {tasks} queued products"
+
+
+class _Seen(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("sync", ["device", "stream"])
+def test_queued_kernels_a_synchronising_host_runs_do_not_see_its_dispatch_mode(sync):
+    # A host thread that waits for a stream runs the queued kernels behind the
+    # one in progress itself (the runtime's drainUntil). Whatever it is inside
+    # then must not reach them: a CPU addmm dispatches expand, copy_ and
+    # resolve_conj internally, which a TorchDispatchMode on the host would see
+    # (and, being Python, run under the GIL the kernel does not hold). Only a
+    # synchronisation shows it: a wait inside an op (.item(), nonzero) runs
+    # while the mode handles that op, which disables the mode.
+    torch.manual_seed(0)
+    big = torch.randn(512, 512)
+    bias, a, w = torch.randn(64), torch.randn(16, 512), torch.randn(512, 64)
+    bigd, biasd, ad, wd = (t.to("mydev") for t in (big, bias, a, w))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the long product keeps the worker busy while the host queues the rest
+    try:
+        torch.mydev.synchronize()
+        long = bigd @ bigd
+        outs = [torch.addmm(biasd, ad, wd) for _ in range(20)]
+        seen = _Seen()
+        with seen:
+            torch.mydev.synchronize() if sync == "device" else torch.mydev.current_stream().synchronize()
+    finally:
+        torch.set_num_threads(threads)
+    assert seen.ops == []
+    torch.testing.assert_close(long.cpu(), big @ big)
+    for out in outs:
+        torch.testing.assert_close(out.cpu(), torch.addmm(bias, a, w))
 
 
 def test_kernels_on_a_non_current_device_queue_on_that_devices_stream():

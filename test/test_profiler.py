@@ -221,7 +221,9 @@ def test_legacy_autograd_profiler_device_time():
 # Allocations made inside kernels: a queued kernel's CPU code allocates its scratch memory (sort's
 # buffers, convolution's unfolded input) in device memory on the stream's worker thread. The same ops
 # run at the call under MYDEV_LAUNCH_BLOCKING=1, where those allocations are made on the profiling
-# thread and reported as host-side allocation events: the reference.
+# thread and reported as host-side allocation events: the reference. The stream has the test delay: a
+# host thread that synchronises runs the kernels queued behind the one in progress itself, and they
+# would report there; a delayed stream's work stays its worker's.
 KERNEL_ALLOCATIONS = r"""
 import json, torch, my_device
 from torch.profiler import profile, ProfilerActivity
@@ -229,6 +231,8 @@ v = torch.randn(100000, generator=torch.Generator().manual_seed(0)).to("mydev")
 w = torch.randn(1, 1, 64, 64, generator=torch.Generator().manual_seed(1)).to("mydev")
 k = torch.ones(2, 1, 5, 5, device="mydev")
 torch.mydev.synchronize()
+stream = torch.mydev.current_stream()
+my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, 1000)
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], profile_memory=True) as prof:
     s, i = torch.sort(v)
     c = torch.nn.functional.conv2d(w, k)

@@ -15,6 +15,8 @@
 //   the stream: for kernels whose output shapes are only known by running them
 //   (host kernels). Its exception propagates directly.
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <exception>
 #include <memory>
@@ -218,6 +220,17 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
   auto* task = new Task(std::forward<F>(body), device, stream, label);
   auto trampoline = [](void* data) -> int {
     auto* t = static_cast<Task*>(data);
+    // A queued kernel runs as on its stream's worker wherever it runs: a host
+    // thread may run it too (at the call when short, or while waiting for the
+    // stream, which it then drains). That thread may be inside a
+    // TorchDispatchMode, a CPU autocast region or a dispatch-key guard, which
+    // the kernel's own CPU calls must not see (they would be redirected to
+    // Python, or cast): it gets a fresh thread's dispatch state. And the
+    // profiler, whose callbacks are the profiling thread's, must not show those
+    // calls as host ops of whatever that thread is doing then (a `fill_` under a
+    // synchronisation): they are the kernel's device work.
+    c10::impl::ForceDispatchKeyGuard fresh_thread_keys(c10::impl::PODLocalDispatchKeySet{});
+    at::DisableRecordFunctionGuard not_host_ops;
     // A short task may run on the launching thread (mydevLaunchShortTask); its
     // warnings are kept all the same, as the launch cannot tell.
     const int status = run_kernel_body<true>(t->context, t->device, t->label, t->body);

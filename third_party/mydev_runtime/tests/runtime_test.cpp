@@ -1403,15 +1403,17 @@ void testShortTasks() {
   CHECK_OK(mydevLaunchHostFuncEx(s, shortProbeKernel, &idle, "short", mydevLaunchShortTask));
   CHECK(idle.thread == std::this_thread::get_id());
   CHECK_OK(mydevStreamQuery(s));
-  // Behind queued work it is queued, and runs after that work, on the worker.
+  // Behind queued work it is queued, and runs after that work, on the worker
+  // (a delayed stream's, which a synchronising host does not drain).
   CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
   std::atomic<int> flag{0};
   CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
-  CHECK_OK(mydevTestSetStreamDelay(s, 0));
   ShortProbe behind;
   behind.flag = &flag;
   CHECK_OK(mydevLaunchHostFuncEx(s, shortProbeKernel, &behind, "short", mydevLaunchShortTask));
+  CHECK(behind.thread == std::thread::id());  // not run at the call
   CHECK_OK(mydevStreamSynchronize(s));
+  CHECK_OK(mydevTestSetStreamDelay(s, 0));
   CHECK(behind.flag_seen == 1);
   CHECK(behind.thread != std::this_thread::get_id());
   // A stream with a test delay stands for a slow device: never run here.
@@ -1447,6 +1449,126 @@ void testShortTasks() {
   CHECK(later == 1);
   CHECK(refused.flag_seen == -1 && refused.thread == std::thread::id());
   CHECK_OK(mydevTestSetStreamDelay(s, 0));
+  CHECK_OK(mydevStreamDestroy(s));
+}
+
+// A host thread waiting for a stream runs its queued work itself once the
+// task the worker is running ends: in order, on the stream's device, "in" the
+// stream, with failures reported as the worker's are.
+struct DrainProbe {
+  std::atomic<int>* order;
+  int seen = -1;
+  std::thread::id thread;
+  int device = -1;
+  mydevStream_t stream = nullptr;
+  bool nested = true;  // synchronise the stream from inside (which would take a sticky error)
+  mydevError_t nested_sync = mydevErrorNotReady;  // until it has run
+  bool fail = false;
+};
+
+int drainProbeKernel(void* ud) {
+  auto* p = static_cast<DrainProbe*>(ud);
+  p->seen = p->order->fetch_add(1);
+  p->thread = std::this_thread::get_id();
+  mydevGetDevice(&p->device);
+  // From inside the stream's own work a synchronisation does not wait for it.
+  p->nested_sync = p->nested ? mydevStreamSynchronize(p->stream) : mydevSuccess;
+  return p->fail ? 1 : 0;
+}
+
+struct HeldKernel {
+  std::atomic<int> started{0};
+  std::atomic<int> release{0};
+  std::thread::id thread;
+};
+
+int heldKernel(void* ud) {
+  auto* h = static_cast<HeldKernel*>(ud);
+  h->thread = std::this_thread::get_id();
+  h->started = 1;
+  while (!h->release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return 0;
+}
+
+void testWaitingHostRunsQueuedWork() {
+  if (launchBlocking()) return;  // nothing stays queued there
+  const int n = deviceCount();
+  const auto host = std::this_thread::get_id();
+  // Launches `count` probes behind a kernel the worker is running, then lets
+  // that kernel end shortly after `wait` has begun.
+  auto run = [&](mydevStream_t s, DrainProbe* probes, int count, std::atomic<int>& order, auto wait) {
+    HeldKernel held;
+    CHECK_OK(mydevLaunchHostFunc(s, heldKernel, &held));
+    for (int i = 0; i < count; ++i) {
+      probes[i].order = &order;
+      probes[i].stream = s;
+      CHECK_OK(mydevLaunchHostFuncLabeled(s, drainProbeKernel, &probes[i], probes[i].fail ? "drained failure" : "probe"));
+    }
+    while (!held.started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      held.release = 1;
+    });
+    wait();
+    releaser.join();
+    CHECK(held.thread != host);  // the task running when the host began to wait stayed the worker's
+  };
+  mydevStream_t s = newStream(n - 1);
+  // A synchronisation: every probe ran here, in order, on the stream's device,
+  // and the caller's device is its own again.
+  {
+    std::atomic<int> order{0};
+    DrainProbe probes[8];
+    probes[5].fail = true;
+    probes[6].nested = probes[7].nested = false;
+    run(s, probes, 8, order, [&] { CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure); });
+    for (int i = 0; i < 8; ++i) {
+      CHECK(probes[i].seen == i);
+      CHECK(probes[i].thread == host);
+      CHECK(probes[i].device == n - 1);
+      CHECK_OK(probes[i].nested_sync);
+    }
+    CHECK(errorLabel(s) == "drained failure");
+    int cur = -1;
+    CHECK_OK(mydevGetDevice(&cur));
+    CHECK(cur == 0);
+    CHECK_OK(mydevStreamQuery(s));
+  }
+  // An inline call behind queued work: the work before it runs here, then its function.
+  {
+    std::atomic<int> order{0};
+    DrainProbe probes[4];
+    DrainProbe last;
+    last.order = &order;
+    last.stream = s;
+    run(s, probes, 4, order, [&] { CHECK_OK(mydevLaunchHostFuncInline(s, drainProbeKernel, &last)); });
+    for (int i = 0; i < 4; ++i) CHECK(probes[i].thread == host && probes[i].seen == i);
+    CHECK(last.seen == 4 && last.thread == host);
+    CHECK_OK(mydevStreamSynchronize(s));
+  }
+  // The worker goes on with work launched after the drain.
+  {
+    std::atomic<int> later{0};
+    CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &later));
+    CHECK_OK(mydevStreamSynchronize(s));
+    CHECK(later == 1);
+  }
+  // Not drained: a delayed stream (the delay stands for device time) and a
+  // stream of above-least priority: their work stays the worker's.
+  auto stays_on_worker = [&](mydevStream_t t) {
+    std::atomic<int> order{0};
+    DrainProbe probes[4];
+    run(t, probes, 4, order, [&] { CHECK_OK(mydevStreamSynchronize(t)); });
+    for (int i = 0; i < 4; ++i) CHECK(probes[i].seen == i && probes[i].thread != host);
+  };
+  CHECK_OK(mydevTestSetStreamDelay(s, 1000));
+  stays_on_worker(s);
+  CHECK_OK(mydevTestSetStreamDelay(s, 0));
+  int least = 0, greatest = 0;
+  CHECK_OK(mydevDeviceGetStreamPriorityRange(&least, &greatest));
+  mydevStream_t high = newStream(n - 1, greatest);
+  stays_on_worker(high);
+  CHECK_OK(mydevStreamDestroy(high));
   CHECK_OK(mydevStreamDestroy(s));
 }
 
@@ -3261,6 +3383,7 @@ int runAll() {
   testLaunchInline();
   testShortTasks();
   testCallerTasks();
+  testWaitingHostRunsQueuedWork();
   testActivityTracing();
   testPriorityOrder();
   testPriorityNoDeadlock();
