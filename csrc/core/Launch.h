@@ -199,6 +199,48 @@ inline bool launch_is_nested(c10::DeviceIndex device, mydevStream_t stream) {
   return k != nullptr && k->at_call && k->device == device && k->stream == stream;
 }
 
+// What a queued kernel's own CPU calls see, whichever thread runs it: its
+// stream's worker, or a host thread (at the call when short, or while waiting
+// for the stream, which it then drains; the runtime README's "Waiting hosts run
+// the queue").
+//  - Dispatch keys: none beyond a fresh thread's. A waiting host may be inside
+//    a TorchDispatchMode, a CPU autocast region or a dispatch-key guard, which
+//    must not reach them (they would go to Python, or be cast): they then get
+//    a fresh thread's keys, below autograd, as a CPU kernel's own calls
+//    normally run. Keys that only exclude more (the op's autograd kernel's, at
+//    the call) are kept.
+//  - No RecordFunction for the profiling thread: its profiler must not show
+//    those calls as host ops of whatever it is doing then (a `fill_` under a
+//    synchronisation); they are the kernel's device work.
+// Each is changed only where needed. Forcing both on every kernel cost a short
+// foreach op at the call 0.3-0.4 us: turning RecordFunction off and on makes
+// PyTorch rebuild the thread's callback lists, and asking for global callbacks
+// too (at::hasCallbacks) takes a lock.
+class KernelThreadState {
+ public:
+  KernelThreadState() : saved_keys_(c10::impl::tls_local_dispatch_key_set()) {
+    keys_changed_ = !c10::default_included_set.isSupersetOf(saved_keys_.included_) ||
+                    !saved_keys_.excluded_.isSupersetOf(c10::default_excluded_set);
+    if (C10_UNLIKELY(keys_changed_)) {
+      c10::impl::LocalDispatchKeySet keys = saved_keys_;
+      keys.included_ = c10::default_included_set;
+      keys.excluded_ = c10::default_excluded_set | c10::autograd_dispatch_keyset_with_ADInplaceOrView;
+      c10::impl::_force_tls_local_dispatch_key_set(keys);
+    }
+    if (C10_UNLIKELY(at::hasThreadLocalCallbacks())) no_record_functions_.emplace();
+  }
+  ~KernelThreadState() {
+    if (C10_UNLIKELY(keys_changed_)) c10::impl::_force_tls_local_dispatch_key_set(saved_keys_);
+  }
+  KernelThreadState(const KernelThreadState&) = delete;
+  KernelThreadState& operator=(const KernelThreadState&) = delete;
+
+ private:
+  c10::impl::LocalDispatchKeySet saved_keys_;
+  bool keys_changed_;
+  std::optional<at::DisableRecordFunctionGuard> no_record_functions_;
+};
+
 // `short_kernel`: see kShortKernelElements. Either way errors are reported at
 // the next synchronisation.
 template <class F>
@@ -220,17 +262,7 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
   auto* task = new Task(std::forward<F>(body), device, stream, label);
   auto trampoline = [](void* data) -> int {
     auto* t = static_cast<Task*>(data);
-    // A queued kernel runs as on its stream's worker wherever it runs: a host
-    // thread may run it too (at the call when short, or while waiting for the
-    // stream, which it then drains). That thread may be inside a
-    // TorchDispatchMode, a CPU autocast region or a dispatch-key guard, which
-    // the kernel's own CPU calls must not see (they would be redirected to
-    // Python, or cast): it gets a fresh thread's dispatch state. And the
-    // profiler, whose callbacks are the profiling thread's, must not show those
-    // calls as host ops of whatever that thread is doing then (a `fill_` under a
-    // synchronisation): they are the kernel's device work.
-    c10::impl::ForceDispatchKeyGuard fresh_thread_keys(c10::impl::PODLocalDispatchKeySet{});
-    at::DisableRecordFunctionGuard not_host_ops;
+    KernelThreadState kernel_state;
     // A short task may run on the launching thread (mydevLaunchShortTask); its
     // warnings are kept all the same, as the launch cannot tell.
     const int status = run_kernel_body<true>(t->context, t->device, t->label, t->body);
