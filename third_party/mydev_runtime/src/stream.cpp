@@ -76,6 +76,7 @@ class TaskRing {
   bool empty() const { return count_ == 0; }
   size_t size() const { return count_; }
   Task& front() { return slots_[head_]; }
+  const Task& front() const { return slots_[head_]; }
   void push_back(Task&& t) {
     if (count_ == slots_.size()) grow();
     slots_[(head_ + count_) % slots_.size()] = std::move(t);
@@ -585,7 +586,7 @@ bool mayDrain(const S& s) {
 // Whether the task at the front of s's (non-empty) queue may run on a draining
 // host. Caller holds s.mu (lock order: stream, then marker).
 bool frontDrainable(const S& s) {
-  const Task& t = const_cast<S&>(s).queue.front();
+  const Task& t = s.queue.front();
   if (t.kind == Task::Kind::kInlineGate) return false;
   if (t.kind == Task::Kind::kEventWait) {
     std::lock_guard<std::mutex> marker(t.marker->mu);
@@ -595,11 +596,14 @@ bool frontDrainable(const S& s) {
 }
 
 // Ends a hold of the stream taken on the calling thread. Caller holds s.mu.
-void releaseHold(S& s) {
+// Returns whether the worker waits for the hold to end: the caller then wakes
+// it (work_cv), after unlocking where it can. Only that worker needs a
+// wake-up: one sleeping for work is woken by the next enqueue, and waking it
+// after every short task run on a host would cost a futex call each.
+[[nodiscard]] bool releaseHold(S& s) {
   --s.inline_held;
   updateRunnable(s);
-  // (A worker sleeping for work is woken by the next enqueue.)
-  if (s.worker_waiting_inline) s.work_cv.notify_all();
+  return s.worker_waiting_inline;
 }
 
 // Caller holds `lock` on s.mu and may drain s (mayDrain). Takes the stream from
@@ -634,7 +638,7 @@ bool drainUntil(S& s, std::unique_lock<std::mutex>& lock, uint64_t target) {
   }
   t_worker_stream = nullptr;
   if (reached()) return true;
-  releaseHold(s);
+  if (releaseHold(s)) s.work_cv.notify_all();
   return false;
 }
 
@@ -647,7 +651,7 @@ bool drainToTarget(S& s, uint64_t target) {
   std::unique_lock<std::mutex> lock(s.mu);
   if (s.completed.load(std::memory_order_relaxed) >= target) return true;  // (what is queued now is later work)
   if (!drainUntil(s, lock, target)) return false;
-  releaseHold(s);
+  if (releaseHold(s)) s.work_cv.notify_all();
   return true;
 }
 
@@ -900,17 +904,16 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
 // the caller counted (enqueued incremented) and, if `held`, for which it held
 // the worker (inline_held incremented).
 void completeOnCaller(S& s, bool held) {
-  bool wake;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (held) --s.inline_held;
-    updateRunnable(s);
+    if (held) {
+      wake = releaseHold(s);
+    } else {
+      updateRunnable(s);
+    }
     s.completed.store(s.completed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     notifyCompleted(s);
-    // Only a worker waiting for the hold to end needs a wake-up: one
-    // sleeping for work is woken by the next enqueue, and waking it
-    // after every short task run here would cost a futex call each.
-    wake = s.worker_waiting_inline;
   }
   if (wake) s.work_cv.notify_all();  // let the worker go on
 }
