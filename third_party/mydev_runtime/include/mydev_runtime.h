@@ -151,8 +151,8 @@ MYDEV_API mydevError_t mydevDeviceGetStreamPriorityRange(int* least, int* greate
 /* Creates a stream on the current device. Lower numbers are higher priority, as in CUDA:
  * while a stream has queued work and is not waiting (for an event, an inline
  * caller or another stream), streams of lower priority on its device start no
- * new task. Running work is never pre-empted. No effect on launches under
- * MYDEV_LAUNCH_BLOCKING=1, which run in the caller. */
+ * new task. Running work is never pre-empted. No effect on launches, copies
+ * and memsets under MYDEV_LAUNCH_BLOCKING=1, which run in the caller. */
 MYDEV_API mydevError_t mydevStreamCreateWithPriority(mydevStream_t* stream, int priority);
 /* Waits for the stream's queued work (its pending sticky error is discarded),
  * then destroys it. Enqueuing on it from other threads meanwhile fails with
@@ -273,7 +273,7 @@ typedef enum mydevMemcpyKind {
  * default stream, simplified), then copies and returns. Returns copy errors
  * only; a pending sticky launch error is left for the next synchronisation. */
 MYDEV_API mydevError_t mydevMemcpy(void* dst, const void* src, size_t count, mydevMemcpyKind kind);
-/* Enqueued on the stream; host buffers must stay valid until the copy ran. */
+/* Enqueued on the stream (run at the call, MYDEV_LAUNCH_BLOCKING=1); host buffers must stay valid until it ran. */
 MYDEV_API mydevError_t mydevMemcpyAsync(void* dst, const void* src, size_t count,
                                         mydevMemcpyKind kind, mydevStream_t stream);
 MYDEV_API mydevError_t mydevMemsetAsync(void* dst, int value, size_t count, mydevStream_t stream);

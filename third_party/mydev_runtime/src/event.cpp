@@ -164,7 +164,10 @@ mydevError_t mydevEventSynchronize(mydevEvent_t event) {
   std::shared_ptr<mydevEvent_st> ev;
   if (mydevError_t e = resolveEvent(event, &ev)) return e;
   // Waits for the record current at this call; never recorded: nothing to wait for.
-  if (std::shared_ptr<EventMarker> m = currentMarker(*ev)) waitMarker(*m);
+  if (std::shared_ptr<EventMarker> m = currentMarker(*ev)) {
+    drainToRecord(*m);
+    waitMarker(*m);
+  }
   return mydevSuccess;
 }
 

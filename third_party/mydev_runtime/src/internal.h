@@ -103,6 +103,11 @@ struct EventMarker {
   std::condition_variable cv;
   bool done = false;      // guarded by mu
   int64_t completed_ns = 0;  // steady_clock, guarded by mu
+  // Where the record was queued, for a host that synchronises with it and may
+  // run the stream's queue up to it (drainToRecord): the stream, and its
+  // enqueued count with the record in it. Set under mu once queued.
+  std::weak_ptr<mydevStream_st> stream;
+  uint64_t position = 0;
 };
 void completeMarker(EventMarker& m);
 void waitMarker(EventMarker& m);
@@ -182,6 +187,10 @@ mydevError_t synchronizeDevice(int device);
 void waitDeviceIdle(int device);
 // True on a stream worker thread, i.e. inside a launched function or copy.
 bool onStreamWorker();
+// EventSynchronize's first resort, as a stream synchronisation's: if the
+// calling thread may run the queue of the stream m was recorded on, runs it up
+// to the record (which then has completed) once the task in progress ends.
+void drainToRecord(EventMarker& m);
 
 // Marks the calling thread's stream (the one whose task or inline function it
 // is running; none on other threads) as waiting for other work, for as long as

@@ -362,6 +362,13 @@ void emitActivity(const S& s, mydevActivityKind kind, const char* label, uint64_
   activityEmit(r);
 }
 
+// What a launch, copy or memset task is reported as to activity tracing.
+mydevActivityKind activityKindOf(const Task& t) {
+  return t.kind == Task::Kind::kLaunch ? mydevActivityKindKernel
+         : t.kind == Task::Kind::kCopy ? mydevActivityKindMemcpy
+                                       : mydevActivityKindMemset;
+}
+
 // Runs a task, reporting it to activity tracing if it was traced.
 int runTask(const S& s, Task& t);
 int runTracedTask(const S& s, Task& t) {
@@ -370,12 +377,22 @@ int runTracedTask(const S& s, Task& t) {
   if (!traced) return runTask(s, t);
   const int64_t start = activityClockNs();
   const int rc = runTask(s, t);
-  const mydevActivityKind kind = t.kind == Task::Kind::kLaunch ? mydevActivityKindKernel
-                                 : t.kind == Task::Kind::kCopy ? mydevActivityKindMemcpy
-                                                               : mydevActivityKindMemset;
-  emitActivity(s, kind, t.label, t.correlation, start, activityClockNs(), t.kind == Task::Kind::kLaunch ? 0 : t.count,
-               false);
+  emitActivity(s, activityKindOf(t), t.label, t.correlation, start, activityClockNs(),
+               t.kind == Task::Kind::kLaunch ? 0 : t.count, false);
   return rc;
+}
+
+// Executes a copy or memset task (given as a mydevHostFn_t's argument).
+int runDataTask(void* task) {
+  const Task& t = *static_cast<const Task*>(task);
+  if (t.kind == Task::Kind::kCopy) {
+    // Kernel addresses, translated when the copy was validated. memmove: a
+    // device-to-device copy within one allocation may overlap.
+    std::memmove(t.ptr, t.src, t.count);
+  } else {
+    std::memset(t.ptr, t.value, t.count);  // kernel address, as for copies
+  }
+  return 0;
 }
 
 // Executes one task; nonzero means a failed launch.
@@ -384,13 +401,8 @@ int runTask(const S& s, Task& t) {
     case Task::Kind::kLaunch:
       return callLaunched(s.device, t.fn, t.ptr);
     case Task::Kind::kCopy:
-      // Kernel addresses, translated when the copy was validated. memmove: a
-      // device-to-device copy within one allocation may overlap.
-      std::memmove(t.ptr, t.src, t.count);
-      return 0;
     case Task::Kind::kMemset:
-      std::memset(t.ptr, t.value, t.count);  // kernel address, as for copies
-      return 0;
+      return runDataTask(&t);
     case Task::Kind::kEventRecord:
       return 0;  // completed by the worker loop, once the task is counted
     case Task::Kind::kEventWait:
@@ -557,8 +569,8 @@ mydevError_t runInline(S& s, Task& t) {
 }
 
 // ---- Hosts that wait run the queued work ------------------------------------
-// A host thread waiting for a stream (a synchronisation, a host kernel behind
-// queued work) would otherwise sleep while the worker runs the queue, and be
+// A host thread waiting for a stream (a synchronisation, an event's up to its
+// record, a host kernel behind queued work) would otherwise sleep while the worker runs the queue, and be
 // woken at the end. Instead it takes the stream over between two tasks and
 // runs the rest itself, in order, on its own core. Two reasons, both measured
 // on the 2-vCPU machines: the closing wake-up (a futex wake and, in a VM, an
@@ -755,6 +767,18 @@ void stopWorkersAtExit() {
 
 }  // namespace
 
+void drainToRecord(EventMarker& m) {
+  std::shared_ptr<S> s;
+  uint64_t position;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.done) return;
+    s = m.stream.lock();
+    position = m.position;
+  }
+  if (s && mayDrain(*s)) drainToTarget(*s, position);
+}
+
 void initDefaultStreams() {
   (void)table();
   std::atexit(stopWorkersAtExit);
@@ -849,7 +873,17 @@ __attribute__((noinline)) bool waitForRoom(S& s, std::unique_lock<std::mutex>& l
   return true;
 }
 
+
 }  // namespace
+
+// Runs fn on the calling thread, in stream order (MYDEV_LAUNCH_BLOCKING: a
+// launch, copy or memset from a thread other than the stream's own worker).
+// Handing each one to the worker and sleeping until it is done costs two thread
+// wake-ups: a 64 KiB device-to-device copy (a clone) took twice as long that
+// way as the same copy on the host. A failure is reported by the call and is
+// sticky too. Reported to activity tracing as `kind` (of `bytes`).
+mydevError_t runSynchronously(const std::shared_ptr<S>& sp, mydevHostFn_t fn, void* user_data, const char* label,
+                              mydevActivityKind kind, size_t bytes);
 
 mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   S& s = *sp;
@@ -859,6 +893,9 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   }
   // Waiting for its own stream from inside one of its tasks would deadlock.
   const bool blocking = config().launch_blocking && t_worker_stream != &s;
+  if (blocking && (task.kind == Task::Kind::kCopy || task.kind == Task::Kind::kMemset)) {
+    return runSynchronously(sp, runDataTask, &task, task.label, activityKindOf(task), task.count);
+  }
   BlockingWait wait;
   if (blocking) task.waiter = &wait;
 
@@ -877,8 +914,14 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
     task.waiter = nullptr;
     return runInline(s, task);
   }
+  EventMarker* record = task.kind == Task::Kind::kEventRecord ? task.marker.get() : nullptr;
   s.queue.push_back(std::move(task));
   s.enqueued.store(s.enqueued.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  if (record) {
+    std::lock_guard<std::mutex> marker(record->mu);  // (lock order: stream, then marker)
+    record->stream = sp;
+    record->position = s.enqueued.load(std::memory_order_relaxed);
+  }
   updateRunnable(s);
   const bool wake = s.worker_sleeping;
   s.worker_sleeping = false;  // one notify is enough
@@ -921,7 +964,9 @@ void completeOnCaller(S& s, bool held) {
 // Runs fn on the calling thread as the stream's current unit of work, which
 // the caller counted (`counted`: enqueued incremented) and for which it holds
 // the worker (`held`: inline_held incremented); completes both when fn returns.
-MYDEV_ALWAYS_INLINE mydevError_t runHeld(S& s, bool counted, bool held, mydevHostFn_t fn, void* user_data, const char* label) {
+// It is reported to activity tracing as `kind` (of `bytes`, for a copy or memset).
+MYDEV_ALWAYS_INLINE mydevError_t runHeld(S& s, bool counted, bool held, mydevHostFn_t fn, void* user_data, const char* label,
+                                         mydevActivityKind kind = mydevActivityKindKernel, size_t bytes = 0) {
   // Completes this unit and releases the worker when fn returns (or unwinds).
   struct Release {
     S& s;
@@ -940,7 +985,7 @@ MYDEV_ALWAYS_INLINE mydevError_t runHeld(S& s, bool counted, bool held, mydevHos
   const uint64_t correlation = traced ? activityCorrelation() : 0;
   const int64_t start = traced ? activityClockNs() : 0;
   const int rc = callLaunched(s.device, fn, user_data);
-  if (traced) emitActivity(s, mydevActivityKindKernel, label, correlation, start, activityClockNs(), 0, true);
+  if (traced) emitActivity(s, kind, label, correlation, start, activityClockNs(), bytes, true);
   return rc ? mydevErrorLaunchFailure : mydevSuccess;
 }
 
@@ -989,7 +1034,8 @@ MYDEV_ALWAYS_INLINE bool runIfIdle(S& s, mydevHostFn_t fn, void* user_data, cons
   return true;
 }
 
-mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, void* user_data, const char* label) {
+mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, void* user_data, const char* label,
+                              mydevActivityKind kind, size_t bytes) {
   S& s = *sp;
   // Inside one of the stream's own tasks everything before is done already.
   if (t_worker_stream == &s) return callLaunched(s.device, fn, user_data) ? mydevErrorLaunchFailure : mydevSuccess;
@@ -1051,7 +1097,18 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
   }
   lock.unlock();
   blocked.reset();  // fn runs now: the calling stream is no longer waiting
-  return runHeld(s, counted, held, fn, user_data, label);
+  return runHeld(s, counted, held, fn, user_data, label, kind, bytes);
+}
+
+mydevError_t runSynchronously(const std::shared_ptr<S>& sp, mydevHostFn_t fn, void* user_data, const char* label,
+                              mydevActivityKind kind, size_t bytes) {
+  // The test delay stands for device time, which a synchronous launch waits out too.
+  if (unsigned us = sp->delay_us.load(std::memory_order_relaxed)) {
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+  }
+  const mydevError_t rc = runInStreamOrder(sp, fn, user_data, label, kind, bytes);
+  if (rc == mydevErrorLaunchFailure) recordCallerFailure(*sp, label);
+  return rc;
 }
 
 mydevError_t synchronizeDevice(int device) {
@@ -1133,15 +1190,7 @@ mydevError_t launch(mydevStream_t stream, mydevHostFn_t fn, void* user_data, con
     if (runIfIdle(*s, fn, user_data, label, &rc)) return rc;
   }
   if (config().launch_blocking && t_worker_stream != s.get()) {
-    // Synchronous launches run in the caller, in stream order: handing each one
-    // to the worker and sleeping until it is done costs two thread wake-ups.
-    // The test delay stands for device time, which a synchronous launch waits out too.
-    if (unsigned us = s->delay_us.load(std::memory_order_relaxed)) {
-      std::this_thread::sleep_for(std::chrono::microseconds(us));
-    }
-    const mydevError_t rc = runInStreamOrder(s, fn, user_data, label);
-    if (rc == mydevErrorLaunchFailure) recordCallerFailure(*s, label);
-    return rc;
+    return runSynchronously(s, fn, user_data, label, mydevActivityKindKernel, 0);
   }
   if (flags & mydevLaunchIdleOnly) return mydevErrorNotReady;
   Task task;
@@ -1335,7 +1384,7 @@ mydevError_t mydevLaunchHostFuncInline(mydevStream_t stream, mydevHostFn_t fn, v
   if (!fn) return mydevErrorInvalidValue;
   std::shared_ptr<S> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
-  return runInStreamOrder(s, fn, user_data, nullptr);
+  return runInStreamOrder(s, fn, user_data, nullptr, mydevActivityKindKernel, 0);
 }
 
 mydevError_t mydevStreamGetErrorLabel(mydevStream_t stream, char* buf, size_t len) {

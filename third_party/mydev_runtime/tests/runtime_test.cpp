@@ -1546,6 +1546,29 @@ void testWaitingHostRunsQueuedWork() {
     CHECK(last.seen == 4 && last.thread == host);
     CHECK_OK(mydevStreamSynchronize(s));
   }
+  // An event synchronisation: the work before the record runs here; the
+  // record is complete when it returns.
+  {
+    std::atomic<int> order{0};
+    DrainProbe probes[4];
+    DrainProbe after[2];
+    mydevEvent_t ev = nullptr;
+    CHECK_OK(mydevEventCreateWithFlags(&ev, 0));
+    run(s, probes, 4, order, [&] {
+      CHECK_OK(mydevEventRecord(ev, s));
+      for (DrainProbe& p : after) {
+        p.order = &order;
+        p.stream = s;
+        CHECK_OK(mydevLaunchHostFunc(s, drainProbeKernel, &p));
+      }
+      CHECK_OK(mydevEventSynchronize(ev));
+      CHECK_OK(mydevEventQuery(ev));
+    });
+    for (int i = 0; i < 4; ++i) CHECK(probes[i].thread == host && probes[i].seen == i);
+    CHECK_OK(mydevStreamSynchronize(s));
+    CHECK(after[0].seen == 4 && after[1].seen == 5);
+    CHECK_OK(mydevEventDestroy(ev));
+  }
   // The worker goes on with work launched after the drain.
   {
     std::atomic<int> later{0};
@@ -1560,6 +1583,15 @@ void testWaitingHostRunsQueuedWork() {
     DrainProbe probes[4];
     run(t, probes, 4, order, [&] { CHECK_OK(mydevStreamSynchronize(t)); });
     for (int i = 0; i < 4; ++i) CHECK(probes[i].seen == i && probes[i].thread != host);
+    mydevEvent_t ev = nullptr;
+    CHECK_OK(mydevEventCreateWithFlags(&ev, 0));
+    DrainProbe more[4];
+    run(t, more, 4, order, [&] {
+      CHECK_OK(mydevEventRecord(ev, t));
+      CHECK_OK(mydevEventSynchronize(ev));
+    });
+    for (int i = 0; i < 4; ++i) CHECK(more[i].seen == 4 + i && more[i].thread != host);
+    CHECK_OK(mydevEventDestroy(ev));
   };
   CHECK_OK(mydevTestSetStreamDelay(s, 1000));
   stays_on_worker(s);
@@ -3314,6 +3346,8 @@ void testActivityTracing() {
   uint64_t popped = 0;
   CHECK_OK(mydevActivityPopExternalCorrelationId(&popped));
   CHECK(popped == 42);
+  CHECK_OK(mydevMemsetAsync(d + 32, 0, 128, s));
+  CHECK_OK(mydevMemcpyAsync(d + 32, d, 64, mydevMemcpyDeviceToDevice, s));
   CHECK_OK(mydevLaunchHostFuncInline(nullptr, noopKernel, nullptr));   // default stream, at the call
   CHECK_OK(mydevMemcpy(host, d, sizeof(host), mydevMemcpyDeviceToHost));
   CHECK_OK(mydevActivityPopExternalCorrelationId(&popped));
@@ -3323,7 +3357,7 @@ void testActivityTracing() {
   CHECK_OK(mydevLaunchHostFuncLabeled(s, noopKernel, nullptr, "untraced"));
   CHECK_OK(mydevStreamSynchronize(s));
   std::lock_guard<std::mutex> lock(sink.mu);
-  CHECK(sink.records.size() == 4);
+  CHECK(sink.records.size() == 6);
   // Work on different streams is reported as it finishes: find each by what it was.
   auto find = [&](mydevActivityKind kind, const char* label, int inline_launch) -> const mydevActivityRecord& {
     for (size_t n = 0; n < sink.records.size(); ++n) {
@@ -3334,13 +3368,17 @@ void testActivityTracing() {
     std::fprintf(stderr, "no activity record %s\n", label);
     std::abort();
   };
-  // Under MYDEV_LAUNCH_BLOCKING a launch runs in the caller, in stream order: inline.
+  // Under MYDEV_LAUNCH_BLOCKING a launch or copy runs in the caller, in stream order: inline.
   const mydevActivityRecord& k = find(mydevActivityKindKernel, "my_op", launchBlocking() ? 1 : 0);
   CHECK(k.stream == s && k.device == 0 && k.correlation_id == 41);
   CHECK(k.start_ns > 0 && k.end_ns >= k.start_ns);
-  const mydevActivityRecord& c = find(mydevActivityKindMemcpy, "HtoD", 0);
+  const mydevActivityRecord& c = find(mydevActivityKindMemcpy, "HtoD", launchBlocking() ? 1 : 0);
   CHECK(c.bytes == sizeof(host) && c.correlation_id == 42 && c.stream == s);
   CHECK(c.start_ns >= k.end_ns);  // stream order
+  const mydevActivityRecord& m = find(mydevActivityKindMemset, "", launchBlocking() ? 1 : 0);
+  CHECK(m.bytes == 128 && m.correlation_id == 41 && m.stream == s && m.start_ns >= c.end_ns);
+  const mydevActivityRecord& dd = find(mydevActivityKindMemcpy, "DtoD", launchBlocking() ? 1 : 0);
+  CHECK(dd.bytes == 64 && dd.correlation_id == 41 && dd.stream == s && dd.start_ns >= m.end_ns);
   const mydevActivityRecord& i = find(mydevActivityKindKernel, "", 1);
   CHECK(i.stream == nullptr && i.correlation_id == 41);
   const mydevActivityRecord& h = find(mydevActivityKindMemcpy, "DtoH", 1);
