@@ -879,9 +879,10 @@ __attribute__((noinline)) bool waitForRoom(S& s, std::unique_lock<std::mutex>& l
 // Runs fn on the calling thread, in stream order (MYDEV_LAUNCH_BLOCKING: a
 // launch, copy or memset from a thread other than the stream's own worker).
 // Handing each one to the worker and sleeping until it is done costs two thread
-// wake-ups: a 64 KiB device-to-device copy (a clone) took twice as long that
-// way as the same copy on the host. A failure is reported by the call and is
-// sticky too. Reported to activity tracing as `kind` (of `bytes`).
+// wake-ups: the clone of a contiguous 64 KiB tensor (one device-to-device copy)
+// took 13-23 us that way against 2.6-3.1 us on the CPU, and of a 4 KiB one
+// 36-47 us against 1.3-1.5 us. A failure is reported by the call and is sticky
+// too. Reported to activity tracing as `kind` (of `bytes`).
 mydevError_t runSynchronously(const std::shared_ptr<S>& sp, mydevHostFn_t fn, void* user_data, const char* label,
                               mydevActivityKind kind, size_t bytes);
 
