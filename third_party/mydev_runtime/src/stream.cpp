@@ -570,15 +570,16 @@ mydevError_t runInline(S& s, Task& t) {
 
 // ---- Hosts that wait run the queued work ------------------------------------
 // A host thread waiting for a stream (a synchronisation, an event's up to its
-// record, a host kernel behind queued work) would otherwise sleep while the worker runs the queue, and be
-// woken at the end. Instead it takes the stream over between two tasks and
-// runs the rest itself, in order, on its own core. Two reasons, both measured
-// on the 2-vCPU machines: the closing wake-up (a futex wake and, in a VM, an
-// inter-processor interrupt) leaves the critical path; and the work no longer
-// runs at the speed of whichever vCPU the worker sits on, which against the
-// host's varied between 0.76x and 1.33x (5th and 95th percentiles over 9 ms
-// samples), so that a queue of matrix products synchronised at the end took
-// up to 1.24x the time the host took for the same products.
+// record, a host kernel behind queued work) would otherwise sleep while the
+// worker runs the queue, and be woken at the end. Instead it takes the stream
+// over between two tasks and runs the rest itself, in order, on its own core.
+// Two reasons, both measured on the 2-vCPU machines: the closing wake-up (a
+// futex wake and, in a VM, an inter-processor interrupt) leaves the critical
+// path; and the work no longer runs at the speed of whichever vCPU the worker
+// sits on, which against the host's varied between 0.76x and 1.33x (5th and
+// 95th percentiles over 9 ms samples), so that a queue of matrix products
+// synchronised at the end took up to 1.24x the time the host took for the
+// same products.
 //
 // What stays the worker's: the task it is running (the host waits for it to
 // end); a stream with a test delay (which stands for device time the host
@@ -872,7 +873,6 @@ __attribute__((noinline)) bool waitForRoom(S& s, std::unique_lock<std::mutex>& l
   lock.lock();
   return true;
 }
-
 
 }  // namespace
 
