@@ -140,6 +140,11 @@ def assign_into_slice(x):
     ("copy_ with broadcasting", lambda x: torch.empty(3, 4, 6, 8, device=x.device).copy_(x)),
     ("assignment into a slice", assign_into_slice),
     ("constant padding", lambda x: F.pad(x, (1, 2), value=0.5)),
+    # (these three are the CPU's copy_ over host aliases on the worker; the others the copy loop)
+    ("contiguous of a large transposed matrix", lambda x: x.reshape(-1).repeat(20).view(64, 60).t().contiguous()),
+    ("copy of a negated view", lambda x: torch.empty_like(x).copy_(torch._neg_view(x.transpose(0, 2)).transpose(0, 2))),
+    ("copy of a conjugated view", lambda x: torch.empty(4, 6, 4, dtype=torch.complex64, device=x.device).copy_(
+        torch.view_as_complex(x.reshape(4, 6, 4, 2)).conj())),
 ])
 def test_copies_that_convert_or_restride_are_queued(name, fn):
     check_queued_like_cpu(fn, X)

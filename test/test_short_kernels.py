@@ -22,7 +22,8 @@ def _inputs(dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, dtype=dtype, generator=g)  # noqa: E731
     return {"a": r(4, 16), "sq": r(16, 16), "w": r(16, 8), "bias": r(8), "b3": r(3, 4, 5), "c3": r(3, 5, 2),
-            "target": torch.randint(0, 16, (4,), generator=g), "cw": torch.rand(16, dtype=dtype, generator=g)}
+            "target": torch.randint(0, 16, (4,), generator=g), "cw": torch.rand(16, dtype=dtype, generator=g),
+            "big": r(96, 64)}
 
 
 OPS = {
@@ -44,8 +45,14 @@ OPS = {
     # Copies between tensors of the device that convert or restride (copy_at_call in Copy.cpp).
     "contiguous_t": lambda d: d["a"].t().contiguous(),
     "to_half_strided": lambda d: d["a"][:, ::2].to(torch.float16),
+    "to_bfloat16": lambda d: d["a"].to(torch.bfloat16),   # (the CPU's kernel reads the tensors' pointers)
     "copy_broadcast": lambda d: torch.empty_like(d["a"]).copy_(d["a"][1]),
     "addmm_dense_bias": lambda d: torch.addmm(d["a"][:, :8].contiguous(), d["a"], d["w"]),
+    # Copies above the short size: queued on an idle stream by default (the copy loop, or the CPU's
+    # blocked transpose for a transposed matrix), at the call under MYDEV_LAUNCH_BLOCKING.
+    "contiguous_permute_big": lambda d: d["big"].view(8, 12, 64).permute(1, 0, 2).contiguous(),
+    "to_half_big": lambda d: d["big"][:, 1:].to(torch.float16),
+    "contiguous_t_big": lambda d: d["big"].t().contiguous(),
     # Fills other than a dense memset (fill_at_call in Fill.cpp).
     "ones_like": lambda d: torch.ones_like(d["a"]),
     "fill_strided": lambda d: d["a"].clone()[:, ::3].fill_(-2.5),

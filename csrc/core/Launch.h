@@ -121,6 +121,13 @@ inline bool strict_mode() {
   static const bool strict = mydevStrictMode() != 0;  // fixed at runtime start-up
   return strict;
 }
+// Under MYDEV_LAUNCH_BLOCKING every launch runs at the call, so a kernel that
+// would be queued with a job holding its arguments can run over the caller's
+// own tensors instead, as a short one does (launch_if_idle).
+inline bool launches_block() {
+  static const bool blocking = mydevLaunchBlocking() != 0;  // fixed at runtime start-up
+  return blocking;
+}
 template <class T>
 T* kernel_address(T* ptr) {
   return static_cast<T*>(mydevKernelAddress(ptr));

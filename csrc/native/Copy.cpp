@@ -109,37 +109,85 @@ bool copy_may_complain(const at::Tensor& src, const at::Tensor& dst) {
          (src.is_complex() && !dst.is_complex());
 }
 
-// A copy between two tensors of one device run at the call, over the tensors
-// themselves, with the CPU's copy loop and the iterator the CPU's copy_ builds:
-// a short copy on an idle stream (clone, contiguous()), and any copy launched
-// from inside a kernel run at the call (addmm copying its bias into its
-// output), which must be done when it returns (launch_is_nested). Not for
-// conjugate or negative bits, which the CPU's copy_ resolves with further ops
-// after the loop. False if it did not run.
-bool copy_at_call(const at::Tensor& src, const at::Tensor& dst) {
+// Whether a copy between two tensors of one device can be the CPU's copy loop
+// over an iterator of the device tensors themselves (at their kernel
+// addresses), as the CPU's copy_ runs it. Not for conjugate or negative bits,
+// which the CPU's copy_ resolves with further ops after the loop, nor for
+// quantized tensors. Nor for the large transposed matrix that the CPU's copy_
+// moves in blocks instead of through its loop (its copy_transpose_valid): the
+// loop alone would be slower than the CPU it is measured against.
+bool copyable_by_iterator(const at::Tensor& src, const at::Tensor& dst) {
   if (src.is_conj() || dst.is_conj() || src.is_neg() || dst.is_neg() || src.is_quantized() || dst.is_quantized()) {
     return false;
   }
+  // In strict mode the loop may reach its operands only through the
+  // iterator's pointers (use_kernel_addresses). The CPU's conversion between
+  // float and half or bfloat16 reads the tensors' own data pointers instead
+  // (its reduced_float_copy_kernel): device addresses, which fault there.
+  const auto reduced = [](at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; };
+  const at::ScalarType from = src.scalar_type();
+  const at::ScalarType to = dst.scalar_type();
+  if (strict_mode() && ((reduced(from) && to == at::kFloat) || (from == at::kFloat && reduced(to)))) return false;
+  constexpr int64_t kCpuTransposeMinElements = 60 * 60;
+  const bool cpu_transposes = dst.is_contiguous() && src.dim() == 2 && src.stride(0) == 1 &&
+                              src.stride(1) == src.size(0) && from == to &&
+                              src.sizes().equals(dst.sizes()) && dst.numel() >= kCpuTransposeMinElements;
+  return !cpu_transposes;
+}
+
+// The iterator the CPU's copy_ builds, over device tensors.
+at::TensorIterator copy_iterator(const at::Tensor& src, const at::Tensor& dst) {
+  return at::TensorIteratorConfig()
+      .add_output(dst)
+      .add_const_input(src)
+      .resize_outputs(false)
+      .check_all_same_dtype(false)
+      .check_all_same_device(false)
+      .build();
+}
+
+void run_copy_loop(at::TensorIterator& iter) {
+  structured::use_kernel_addresses(iter);
+  at::native::copy_stub(c10::DeviceType::CPU, iter, /*non_blocking=*/false);
+}
+
+// A copy run at the call with the copy loop: a short copy on an idle stream
+// (clone, contiguous()), any copy under MYDEV_LAUNCH_BLOCKING (where a queued
+// one would run at the call too, after building a job), and any copy launched
+// from inside a kernel run at the call (addmm copying its bias into its
+// output), which must be done when it returns (launch_is_nested). False if it
+// did not run.
+bool copy_at_call(const at::Tensor& src, const at::Tensor& dst) {
   const c10::DeviceIndex device = dst.device().index();
-  if (!stream_idle(device)) return false;
-  at::TensorIterator iter = at::TensorIteratorConfig()
-                                .add_output(dst)
-                                .add_const_input(src)
-                                .resize_outputs(false)
-                                .check_all_same_dtype(false)
-                                .check_all_same_device(false)
-                                .build();
-  return launch_if_idle(device, "aten::copy_", [&]() MYDEV_INLINE_BODY {
-    structured::use_kernel_addresses(iter);
-    at::native::copy_stub(c10::DeviceType::CPU, iter, /*non_blocking=*/false);
-  });
+  if (!copyable_by_iterator(src, dst) || !stream_idle(device)) return false;
+  at::TensorIterator iter = copy_iterator(src, dst);
+  return launch_if_idle(device, "aten::copy_", [&]() MYDEV_INLINE_BODY { run_copy_loop(iter); });
+}
+
+// The copy loop queued: the iterator is built now, over the job's own handles
+// of the two tensors (it borrows its operands), and runs on the worker. No host
+// aliases and no dispatch of the CPU's copy_ there, which is the worker's time
+// in the copy of a transposed attention head (bench_launch's top 20).
+void queue_copy_loop(const at::Tensor& src, const at::Tensor& dst) {
+  const c10::DeviceIndex device = dst.device().index();
+  struct Job : Pooled<Job> {
+    Job(c10::DeviceIndex device, const at::Tensor& s, const at::Tensor& d)
+        : held(device), src(held.share(s)), dst(held.share(d)), iter(copy_iterator(src, dst)) {}
+    KernelArgs held;
+    at::Tensor src;
+    at::Tensor dst;
+    at::TensorIterator iter;
+  };
+  auto job = std::make_unique<Job>(device, src, dst);
+  launch_async(device, "aten::copy_", [job = std::move(job)] { run_copy_loop(job->iter); });
 }
 
 // dst.copy_(src) with both tensors on the same mydev device. A dense copy is
 // the runtime's memcpy. A copy that converts or restrides is a kernel like any
-// other: a short one on an idle stream runs at the call (copy_at_call), the
-// others are queued, the CPU's copy_ over host aliases of the two, on the
-// worker. From inside a kernel run at the call, every copy runs at once.
+// other: a short one on an idle stream, or any under MYDEV_LAUNCH_BLOCKING,
+// runs at the call (copy_at_call); the others are queued: the copy loop
+// (queue_copy_loop), or else the CPU's copy_ over host aliases of the two. From inside a kernel run at the
+// call, every copy runs at once.
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   const c10::DeviceIndex device = dst.device().index();
   const bool nested = launch_is_nested(device, current_stream_handle(device));
@@ -150,12 +198,18 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
     return;
   }
   const bool may_complain = copy_may_complain(src, dst);
-  if (!may_complain && (nested || is_short_kernel(dst.numel())) && copy_at_call(src, dst)) return;
+  if (!may_complain && (nested || is_short_kernel(dst.numel()) || launches_block()) && copy_at_call(src, dst)) {
+    return;
+  }
   if (nested || may_complain) {
     run_on_host(device, [&](HostCall& call) {
       call.to_host(dst).copy_(call.to_host(src));
       return true;
     });
+    return;
+  }
+  if (copyable_by_iterator(src, dst)) {
+    queue_copy_loop(src, dst);
     return;
   }
   KernelArgs held(device);

@@ -209,6 +209,10 @@ MYDEV_API mydevError_t mydevLaunchHostFuncLabeled(mydevStream_t stream, mydevHos
 #define mydevLaunchIdleOnly 0x2u
 MYDEV_API mydevError_t mydevLaunchHostFuncEx(mydevStream_t stream, mydevHostFn_t fn, void* user_data,
                                              const char* label, unsigned int flags);
+/* Nonzero when MYDEV_LAUNCH_BLOCKING=1, where every launch, copy and memset
+ * runs at the call: a caller that would build a task holding its own copies of
+ * its arguments (for a worker to run later) may run the work over them. */
+MYDEV_API int mydevLaunchBlocking(void);
 /* A short task the calling thread runs itself, without a function pointer:
  * mydevStreamBeginCallerTask takes the stream if it is idle (as
  * mydevLaunchShortTask | mydevLaunchIdleOnly would run fn), the caller runs the

@@ -199,6 +199,11 @@ int mydevStrictMode(void) {
   return config().strict ? 1 : 0;
 }
 
+int mydevLaunchBlocking(void) {
+  (void)ensureInitialized();  // counts as use, as mydevStrictMode does
+  return config().launch_blocking ? 1 : 0;
+}
+
 mydevError_t mydevGetDevice(int* device) {
   if (mydevError_t e = ensureInitialized()) return e;
   if (!device) return mydevErrorInvalidValue;

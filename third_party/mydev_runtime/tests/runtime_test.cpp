@@ -2040,6 +2040,7 @@ void testPriorityNoDeadlock() {
 // Only in blocking mode (MYDEV_LAUNCH_BLOCKING=1).
 void testLaunchBlocking() {
   CHECK(launchBlocking());
+  CHECK(mydevLaunchBlocking() != 0);
   mydevStream_t s = newStream();
   CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
   std::atomic<int> flag{0};
@@ -3157,6 +3158,7 @@ int runEnv(int argc, char** argv) {
   mydevDeviceProp prop;
   CHECK_ERR(mydevGetDeviceProperties(&prop, expected_count), mydevErrorInvalidDevice);
   CHECK((mydevStrictMode() != 0) == expected_strict);
+  CHECK((mydevLaunchBlocking() != 0) == launchBlocking());
 
   // The limit is enforced in page-rounded units: a limit below one page fits nothing.
   CHECK_OK(mydevSetDevice(0));
