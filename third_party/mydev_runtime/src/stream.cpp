@@ -888,14 +888,15 @@ mydevError_t runSynchronously(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
 
 mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   S& s = *sp;
+  // Waiting for its own stream from inside one of its tasks would deadlock.
+  const bool blocking = config().launch_blocking && t_worker_stream != &s;
+  // (Before the tracing below: runSynchronously traces what it runs itself.)
+  if (blocking && (task.kind == Task::Kind::kCopy || task.kind == Task::Kind::kMemset)) {
+    return runSynchronously(sp, runDataTask, &task, task.label, activityKindOf(task), task.count);
+  }
   if (activityEnabled()) {
     task.traced = true;
     task.correlation = activityCorrelation();
-  }
-  // Waiting for its own stream from inside one of its tasks would deadlock.
-  const bool blocking = config().launch_blocking && t_worker_stream != &s;
-  if (blocking && (task.kind == Task::Kind::kCopy || task.kind == Task::Kind::kMemset)) {
-    return runSynchronously(sp, runDataTask, &task, task.label, activityKindOf(task), task.count);
   }
   BlockingWait wait;
   if (blocking) task.waiter = &wait;
