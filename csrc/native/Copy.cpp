@@ -186,8 +186,8 @@ void queue_copy_loop(const at::Tensor& src, const at::Tensor& dst) {
 // the runtime's memcpy. A copy that converts or restrides is a kernel like any
 // other: a short one on an idle stream, or any under MYDEV_LAUNCH_BLOCKING,
 // runs at the call (copy_at_call); the others are queued: the copy loop
-// (queue_copy_loop), or else the CPU's copy_ over host aliases of the two. From inside a kernel run at the
-// call, every copy runs at once.
+// (queue_copy_loop), or else the CPU's copy_ over host aliases of the two.
+// From inside a kernel run at the call, every copy runs at once.
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   const c10::DeviceIndex device = dst.device().index();
   const bool nested = launch_is_nested(device, current_stream_handle(device));
