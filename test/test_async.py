@@ -3,6 +3,7 @@ errors reported at the next synchronisation, and memory kept alive until kernels
 
 Asynchrony is made observable with a test hook that delays a stream's worker
 before each task; nothing here asserts on timings."""
+import copy
 import gc
 import os
 import subprocess
@@ -227,9 +228,11 @@ def _dof_warnings(record):
 
 
 @pytest.mark.parametrize("sync", ["synchronize", "stream", "event", "cpu", "item", "next launch"])
-def test_a_queued_kernels_warning_is_raised_as_python_warning_at_the_next_sync(sync, capfd):
-    # var's CPU kernel warns when the correction leaves no degrees of freedom. On
-    # mydev that kernel runs on the stream's worker, after the call returned.
+def test_a_kernels_warning_is_raised_at_the_call_even_with_the_stream_busy(sync, capfd):
+    # var's CPU kernel warns when the correction leaves no degrees of freedom, a
+    # check of the arguments that CUDA makes on the host. A call whose signature
+    # warned keeps running at the call, so the warning comes there every time,
+    # inside the caller's catch_warnings, and no synchronisation repeats it.
     x = torch.randn(3, 4)
     with warnings.catch_warnings(record=True) as on_cpu:
         warnings.simplefilter("always")
@@ -238,29 +241,27 @@ def test_a_queued_kernels_warning_is_raised_as_python_warning_at_the_next_sync(s
     s = torch.mydev.Stream()
     d = x.to("mydev")
     torch.mydev.synchronize()
-    with warnings.catch_warnings(record=True) as on_mydev:
-        warnings.simplefilter("always")
-        with delayed(s, 50_000) as held, torch.mydev.stream(held):
-            got = d.var(dim=0, correction=5)
-            assert _dof_warnings(on_mydev) == []       # the kernel has not run yet
-            if sync == "synchronize":
-                torch.mydev.synchronize()
-            elif sync == "stream":
-                held.synchronize()
-            elif sync == "event":
-                held.record_event().synchronize()
-            elif sync == "cpu":
-                got.cpu()
-            elif sync == "item":
-                got[0].item()
-            else:
-                while not held.query():                # a query raises nothing
-                    pass
-                assert _dof_warnings(on_mydev) == []
-                d.add(1)
-            assert _dof_warnings(on_mydev) == _dof_warnings(on_cpu)
-        torch.mydev.synchronize()
-    assert len(_dof_warnings(on_mydev)) == 1               # raised once
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as on_mydev:
+            warnings.simplefilter("always")
+            with delayed(s, 50_000) as held, torch.mydev.stream(held):
+                d.add(1)                               # work ahead of it on the stream
+                got = d.var(dim=0, correction=5)
+                assert _dof_warnings(on_mydev) == _dof_warnings(on_cpu)
+                if sync == "synchronize":
+                    torch.mydev.synchronize()
+                elif sync == "stream":
+                    held.synchronize()
+                elif sync == "event":
+                    held.record_event().synchronize()
+                elif sync == "cpu":
+                    got.cpu()
+                elif sync == "item":
+                    got[0].item()
+                else:
+                    d.add(1)
+            torch.mydev.synchronize()
+        assert len(_dof_warnings(on_mydev)) == 1           # raised once, at the call
     assert "degrees of freedom" not in capfd.readouterr().err
     torch.testing.assert_close(got.cpu(), expected)
 
@@ -542,6 +543,7 @@ def test_batch_norm_is_queued_and_matches_cpu_on_any_layout(training):
                    (x.contiguous(memory_format=torch.channels_last),
                     x.to("mydev").contiguous(memory_format=torch.channels_last)),
                    (x[..., ::2], x.to("mydev")[..., ::2])):
+        copy.deepcopy(dbn)(d)                  # (the signature's first call runs at the call)
         torch.mydev.synchronize()
         with delayed(s):
             got = dbn(d)
@@ -568,6 +570,9 @@ def test_batch_norm_backward_is_queued():
     bn = torch.nn.BatchNorm2d(3)
     dbn = torch.nn.BatchNorm2d(3).to("mydev")
     dx = x.detach().to("mydev").requires_grad_()
+    dbn(dx).pow(2).sum().backward()            # (the signatures' first calls run at the call)
+    dx.grad = None
+    dbn.zero_grad()
     out = dbn(dx)
     s = torch.mydev.default_stream()
     torch.mydev.synchronize()
@@ -662,6 +667,7 @@ def test_queued_losses_match_cpu(reduction):
     # test_cpu_loss_out_kernels_still_resize_a_reduced_output.)
     x, y = torch.randn(1 << 19), torch.randn(1 << 19)
     s = torch.mydev.default_stream()
+    torch.nn.functional.mse_loss(x.to("mydev"), y.to("mydev"), reduction=reduction)   # (first call: at the call)
     torch.mydev.synchronize()
     with delayed(s):
         loss = torch.nn.functional.mse_loss(x.to("mydev"), y.to("mydev"), reduction=reduction)

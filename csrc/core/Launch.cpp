@@ -8,6 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace my_device {
@@ -172,9 +173,18 @@ int sync_debug_mode() {
   return g_sync_debug_mode.load(std::memory_order_relaxed);
 }
 
+namespace {
+thread_local bool tls_unreported_sync = false;
+} // namespace
+
+UnreportedSync::UnreportedSync() : previous_(std::exchange(tls_unreported_sync, true)) {}
+UnreportedSync::~UnreportedSync() {
+  tls_unreported_sync = previous_;
+}
+
 void warn_or_error_on_sync() {
   const int mode = g_sync_debug_mode.load(std::memory_order_relaxed);
-  if (mode == 0) return;
+  if (mode == 0 || tls_unreported_sync) return;
   // The message torch.cuda gives, with the device's name.
   TORCH_CHECK(mode != 2, "called a synchronizing mydev operation");
   TORCH_WARN("called a synchronizing mydev operation");

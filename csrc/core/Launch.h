@@ -76,6 +76,20 @@ void finish_host_wait(mydevError_t err);
 void set_sync_debug_mode(int mode);
 int sync_debug_mode();
 void warn_or_error_on_sync();
+// While it lives, this thread's waits are not reported by the sync debug mode:
+// for waits that are the emulator's own and that a GPU backend would not make
+// (a host kernel's first run of a call signature, which makes the CPU kernel's
+// checks at the call: see Signature in native/hostkernel/MetaCache.h).
+class UnreportedSync {
+ public:
+  UnreportedSync();
+  ~UnreportedSync();
+  UnreportedSync(const UnreportedSync&) = delete;
+  UnreportedSync& operator=(const UnreportedSync&) = delete;
+
+ private:
+  bool previous_;
+};
 // Test hook: the next launch_async whose label equals `label` fails when it runs.
 void inject_kernel_failure(const std::string& label);
 bool take_injected_failure(const char* label);

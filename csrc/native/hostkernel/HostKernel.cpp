@@ -1,6 +1,9 @@
 #include "HostKernel.h"
 
+#include <c10/util/Exception.h>
+
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -19,10 +22,11 @@ constexpr c10::DeviceType kCPU = c10::DeviceType::CPU;
 }
 
 // Finds the device of the call and rejects mixed devices, as CUDA does: a 0-dim
-// CPU tensor is a scalar and fine, as are CPU index tensors inside Tensor?[].
+// CPU tensor read as a scalar is fine, as are CPU index tensors inside
+// Tensor?[]; a written one is not (an out= or in-place target on the host).
 class DeviceScan {
  public:
-  void tensor(const at::Tensor& t, bool cpu_allowed) {
+  void tensor(const at::Tensor& t, bool cpu_allowed, bool written = false) {
     if (!t.defined()) return;
     const c10::Device d = t.device();
     if (d.type() == kMyDev) {
@@ -32,7 +36,7 @@ class DeviceScan {
       } else if (*device_ != d) {
         device_mismatch(*device_, d);
       }
-    } else if (!(d.type() == kCPU && (cpu_allowed || t.dim() == 0))) {
+    } else if (!(d.type() == kCPU && !written && (cpu_allowed || t.dim() == 0))) {
       if (device_) device_mismatch(*device_, d);
       if (!other_) other_ = d;
     }
@@ -50,6 +54,31 @@ class DeviceScan {
   std::optional<c10::Device> other_;
 };
 
+// Notes whether a warning was raised on this thread while it lives, and passes
+// each on to the handler it replaced (Python's, in a call from Python).
+class WarningWatch : public c10::WarningHandler {
+ public:
+  WarningWatch() : previous_(c10::WarningUtils::get_warning_handler()) {
+    c10::WarningUtils::set_warning_handler(this);
+  }
+  ~WarningWatch() override {
+    c10::WarningUtils::set_warning_handler(previous_);
+  }
+  WarningWatch(const WarningWatch&) = delete;
+  WarningWatch& operator=(const WarningWatch&) = delete;
+  void process(const c10::Warning& warning) override {
+    warned_ = true;
+    previous_->process(warning);
+  }
+  bool warned() const {
+    return warned_;
+  }
+
+ private:
+  c10::WarningHandler* previous_;
+  bool warned_ = false;
+};
+
 } // namespace
 
 void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
@@ -59,10 +88,12 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
   breakdown::Clock clock;
 
   DeviceScan scan;
+  const auto& arguments = schema.arguments();
   for (size_t i = first; i < stack->size(); ++i) {
     const c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
-      scan.tensor(v.toTensor(), false);
+      const auto* alias = arguments[i - first].alias_info();
+      scan.tensor(v.toTensor(), false, alias != nullptr && alias->isWrite());
     } else if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList()) scan.tensor(t, false);
     } else if (v.isList()) {
@@ -83,6 +114,14 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
   breakdown::Clock inline_clock;
 
   RuntimeDeviceGuard on_device(device);
+  // A first run that confirms a signature must not warn (confirm_signature);
+  // its wait is the emulator's, which the sync debug mode does not report.
+  std::optional<WarningWatch> watch;
+  std::optional<UnreportedSync> unreported;
+  if (awaiting_confirmation()) {
+    watch.emplace();
+    unreported.emplace();
+  }
   launch_inline(device, [&] {
     HostCall call(device);
     auto host = [&](const at::Tensor& t) { return call.to_host(t); };
@@ -115,7 +154,7 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
       }
     }
   });
-  confirm_queueable_dtypes(*stack, schema.returns().size());
+  confirm_signature(*stack, schema.returns().size(), watch && watch->warned());
   inline_clock.mark(breakdown::kInline);
   breakdown::count(/*queued=*/false);
 }

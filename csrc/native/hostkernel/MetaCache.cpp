@@ -1,7 +1,9 @@
 // The Meta kernel's answers by call signature (MetaCache.h).
 #include "MetaCache.h"
 
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <c10/core/DefaultDtype.h>
 
 #include <cmath>
 
@@ -38,6 +40,20 @@ at::Tensor to_meta(const at::Tensor& t) {
   return m;
 }
 
+// A host tensor's values are seen by both kernels: a CPU boolean mask shapes
+// an index's output, a CPU scalar tensor is checked against the dtype. So
+// they are part of the signature; a host tensor too large to key on makes
+// the call unkeyable, and so never queued.
+constexpr int64_t kMaxKeyedHostElements = 64;
+
+bool put_host_values(std::string& key, const at::Tensor& t) {
+  if (t.device().type() != c10::DeviceType::CPU) return true;
+  if (t.layout() != c10::kStrided || t.numel() > kMaxKeyedHostElements) return false;
+  const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
+  if (c.numel() > 0) key.append(static_cast<const char*>(c.const_data_ptr()), c.nbytes());
+  return true;
+}
+
 } // namespace
 
 bool CallKey::add(const c10::IValue& v, bool exact) {
@@ -50,10 +66,11 @@ bool CallKey::add(const c10::IValue& v, bool exact) {
     put(key, t.device().type());
     put(key, t.scalar_type());  // (not the storage offset: to_meta does not pass it on)
     put(key, static_cast<uint8_t>(t.is_conj() | t.is_neg() << 1 |
-                                  t.unsafeGetTensorImpl()->is_wrapped_number() << 2));
+                                  t.unsafeGetTensorImpl()->is_wrapped_number() << 2 |
+                                  (t.layout() != c10::kStrided) << 3));
     put_ints(key, t.sizes());
     put_ints(key, t.strides());
-    return true;
+    return put_host_values(key, t);
   }
   // (a generator's draws do not change shapes)
   if (v.isNone() || v.isGenerator()) return put(key, 'N'), true;
@@ -94,7 +111,20 @@ bool CallKey::add(const c10::IValue& v, bool exact) {
 
 void CallKey::add_output(const c10::IValue& v) {
   put(shape_, 'O');
-  put(shape_, v.isTensor() && v.toTensor().defined() ? v.toTensor().scalar_type() : at::ScalarType::Undefined);
+  const bool defined = v.isTensor() && v.toTensor().defined();
+  put(shape_, defined ? v.toTensor().scalar_type() : at::ScalarType::Undefined);
+  if (!defined) return;
+  const at::Tensor& t = v.toTensor();
+  put(shape_, t.device().type());
+  put_ints(shape_, t.sizes());
+  put_ints(shape_, t.strides());
+}
+
+void CallKey::add_settings() {
+  const auto& ctx = at::globalContext();
+  put(shape_, static_cast<uint8_t>(ctx.deterministicAlgorithms() | ctx.deterministicAlgorithmsWarnOnly() << 1 |
+                                   ctx.deterministicFillUninitializedMemory() << 2));
+  put(shape_, c10::typeMetaToScalarType(c10::get_default_dtype()));
 }
 
 std::optional<Answer> run_meta(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {
@@ -122,7 +152,7 @@ std::optional<Specs> meta_outputs(const c10::OperatorHandle& op, const std::vect
   bool cacheable = true;
   for (const c10::IValue& v : args) cacheable = cacheable && key.add(v, plan.exact_key);
   if (cacheable) {
-    if (auto hit = plan.meta_cache.find(key.shape())) return *hit;
+    if (auto hit = plan.meta_cache.find(key.shape())) return hit->answer;
   }
   // (A copy: a Python Meta kernel may run finalisers that launch mydev ops on
   // this thread and reuse its key buffer.)

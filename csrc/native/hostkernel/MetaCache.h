@@ -9,6 +9,7 @@
 // which repeats the same calls, asks each signature once.
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,8 +42,18 @@ class CallKey {
   // into the shape key (what Meta kernels' value checks look at: a negative
   // beta, an infinite norm order), and their exact value into values().
   bool add(const c10::IValue& v, bool exact);
-  // An out= argument, which the Meta kernel is given empty: only its dtype counts.
+  // An out= argument. The Meta kernel is given it empty, so only its dtype
+  // shapes the answer; its geometry is in the key for the CPU kernel's checks
+  // (a resize, an output that overlaps itself).
   void add_output(const c10::IValue& v);
+  // The process-wide settings a CPU kernel's checks and results depend on
+  // (the default dtype, deterministic mode), which a call's arguments do not show.
+  void add_settings();
+  // One byte of what the CPU kernel's checks see beyond each tensor alone (how
+  // a written tensor overlaps another argument).
+  void add_byte(uint8_t b) {
+    shape_.push_back(static_cast<char>(b));
+  }
   const std::string& shape() const {
     return shape_;
   }
@@ -62,15 +73,27 @@ class CallKey {
 // kernel would shape differently: see fix_specs).
 using Answer = std::optional<Specs>;
 
+// A signature's entry: the Meta kernel's answer, and whether the CPU kernel
+// has run a call of this exact signature at the call, without an error or a
+// warning, and agreed with that answer. The CPU kernel's checks of anything
+// but the data are a function of the signature, so only then may such calls be
+// queued: every check a queued kernel could still fail on the worker is one
+// that depends on the data (an index out of range), which CUDA defers too.
+struct Signature {
+  explicit Signature(Answer a) : answer(std::move(a)) {}
+  const Answer answer;
+  mutable std::atomic<bool> verified{false};
+};
+
 class MetaCache {
  public:
-  std::shared_ptr<const Answer> find(const std::string& key) const {
+  std::shared_ptr<const Signature> find(const std::string& key) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
     return it == map_.end() ? nullptr : it->second;
   }
-  std::shared_ptr<const Answer> insert(const std::string& key, Answer answer) const {
-    auto entry = std::make_shared<const Answer>(std::move(answer));
+  std::shared_ptr<const Signature> insert(const std::string& key, Answer answer) const {
+    auto entry = std::make_shared<const Signature>(std::move(answer));
     std::lock_guard<std::mutex> lock(mu_);
     if (map_.size() >= kMaxEntries) map_.clear();  // shapes that keep changing: start over
     map_.emplace(key, entry);
@@ -80,7 +103,7 @@ class MetaCache {
  private:
   static constexpr size_t kMaxEntries = 512;
   mutable std::mutex mu_;
-  mutable std::unordered_map<std::string, std::shared_ptr<const Answer>> map_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const Signature>> map_;
 };
 
 // Runs `op`'s Meta kernel on `args` (mydev tensors stand in as Meta tensors of

@@ -11,69 +11,6 @@
 namespace my_device {
 namespace {
 
-// The families whose CPU kernels are known to have float, double and bool
-// loops, by base name: their float and double calls are queued from the
-// first (see queueable_dtype). Every other op with a Meta kernel is queued too
-// (queue_policy), once a call with the same dtypes ran at the call. Indexing,
-// gathers and scatters and the class-target losses are listed although their
-// CPU kernels reject an index out of range: as a GPU's device-side assert,
-// that error is reported at the next synchronisation, naming the op (and the
-// device stays usable). Run at the call instead, they made the host wait for
-// the stream on every call (twice a training step, for the loss), where CUDA
-// does not; sync debug mode reported them.
-const std::unordered_set<std::string>& queueable() {
-  static const std::unordered_set<std::string> names = [] {
-    std::unordered_set<std::string> n;
-    for (const char* base : {
-             // pointwise arithmetic, comparisons, logic and unary math
-             "add", "sub", "mul", "div", "remainder", "fmod", "pow", "maximum", "minimum", "fmax", "fmin",
-             "atan2", "hypot", "copysign", "lerp", "addcmul", "addcdiv", "xlogy", "rsub", "clamp", "clamp_min",
-             "clamp_max", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-             "logical_not", "isnan", "isinf", "signbit", "abs", "neg", "sign", "sgn", "sqrt", "rsqrt", "exp",
-             "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
-             "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "logit", "erf", "erfc", "erfinv",
-             "floor", "ceil", "round", "trunc", "frac", "reciprocal", "nan_to_num", "where", "isneginf", "isposinf",
-             // activations and their backward kernels
-             "relu", "gelu", "gelu_backward", "silu", "silu_backward", "hardtanh", "hardtanh_backward",
-             "threshold", "threshold_backward", "leaky_relu", "leaky_relu_backward", "elu", "elu_backward",
-             "softplus", "softplus_backward", "hardsigmoid", "hardsigmoid_backward", "hardswish",
-             "hardswish_backward", "mish", "mish_backward", "sigmoid_backward", "tanh_backward",
-             // reductions and scans
-             "sum", "mean", "prod", "amax", "amin", "std", "var", "norm", "linalg_vector_norm", "logsumexp",
-             "cumsum", "cumprod",
-             // matrix products
-             "mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "addr",
-             // softmax, normalisation, pooling
-             "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "mse_loss",
-             "mse_loss_backward", "smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward",
-             "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
-             "avg_pool2d", "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
-             "upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d",
-             "upsample_bilinear2d_backward",
-             // max pooling (its backward takes int64 `indices`); batch norm (see
-             // fix_specs). (The optimizers' in-place _foreach_ ops are queued
-             // whole: see is_in_place_list_op.)
-             "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "native_batch_norm",
-             "native_batch_norm_backward",
-             // reductions with indices, selections and sorting
-             "argmax", "argmin", "max", "min", "aminmax", "topk", "sort", "var_mean", "std_mean", "any", "all",
-             "cummax", "cummin", "masked_fill",
-             // filling and shaping copies
-             "fill", "zero", "tril", "triu", "flip", "roll", "cat", "arange",
-             // random sampling with scalar parameters (see check_arguments_on_empty_cpu)
-             "normal", "uniform", "random", "bernoulli", "exponential", "log_normal", "cauchy", "geometric",
-             // indexing, gathers and scatters, class-target losses: an index out of
-             // range fails on the worker and is reported at the next synchronisation
-             "index_select", "index", "index_put", "_index_put_impl", "gather", "scatter", "scatter_add",
-             "scatter_reduce", "index_add", "index_copy", "index_fill", "take", "embedding_dense_backward",
-             "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward"}) {
-      n.insert(std::string("aten::") + base);
-    }
-    return n;
-  }();
-  return names;
-}
-
 // Linear algebra that checks its results' `info` and raises (a matrix that is
 // singular, not positive-definite, or an algorithm that did not converge)
 // stays at the call: CUDA's kernels for these read `info` on the host, and so
@@ -88,15 +25,22 @@ bool checks_lapack_info(const std::string& name) {
   return name == "aten::cholesky" || name == "aten::cholesky_inverse" || name == "aten::_cholesky_solve_helper";
 }
 
-// Whether an op (by base name) may be queued, and whether its float and double
-// kernels are known to exist. An op with a Meta kernel has output shapes that
-// follow from its arguments' shapes and values: the Meta kernels of ops whose
-// shapes depend on the data (nonzero, masked_select, unique, boolean indexing,
+// Every op with a Meta kernel may be queued, except those below (may_queue);
+// a call is queued only once a call of its exact signature ran at the call
+// (Signature, MetaCache.h). That includes indexing, gathers and scatters and
+// the class-target losses, whose CPU kernels reject an index out of range:
+// as a GPU's device-side assert, that error is reported at the next
+// synchronisation, naming the op (and the device stays usable). Run at the
+// call instead, they made the host wait for the stream on every call (twice a
+// training step, for the loss), where CUDA does not.
+//
+// An op with a Meta kernel has output shapes that follow from its arguments'
+// shapes and values: the Meta kernels of ops whose shapes depend on the data (nonzero, masked_select, unique, boolean indexing,
 // repeat_interleave without output_size) raise, which keeps those at the call,
 // where CUDA synchronises too.
 //
 // A few Meta kernels disagree with their CPU kernels in ways a first run at
-// the call cannot show (confirm_queueable_dtypes catches the others), so
+// the call cannot show (confirm_signature catches the others), so
 // those ops stay at the call too (found by the conformance sweep):
 //  - masked_scatter_: Meta accepts a mask that does not broadcast to self,
 //    which the CPU kernel rejects;
@@ -104,14 +48,11 @@ bool checks_lapack_info(const std::string& name) {
 //    CPU kernel, depending on the mode;
 //  - triangular_solve, ormqr: their out= kernels lay a resized output out
 //    column-major, where Meta makes it row-major.
-enum class QueuePolicy { Never, AnyDtypeVerified, FloatingKnown };
-QueuePolicy queue_policy(const std::string& base) {
+bool may_queue(const std::string& base) {
   static const std::unordered_set<std::string> meta_disagrees = {
       "aten::masked_scatter", "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
       "aten::triangular_solve", "aten::ormqr"};
-  if (queueable().count(base)) return QueuePolicy::FloatingKnown;
-  if (checks_lapack_info(base) || meta_disagrees.count(base)) return QueuePolicy::Never;
-  return QueuePolicy::AnyDtypeVerified;
+  return !checks_lapack_info(base) && !meta_disagrees.count(base);
 }
 
 // Ops whose CPU out= kernel (torch 2.13) must not be used, so their functional
@@ -227,15 +168,11 @@ void choose_kind(const c10::OperatorHandle& op, Plan& plan) {
   const auto& schema = op.schema();
   std::string base = schema.name();
   if (base.size() > 1 && base.back() == '_' && base[base.size() - 2] != '_') base.pop_back();
-  const QueuePolicy policy = queue_policy(base);
-  plan.floating_known = policy == QueuePolicy::FloatingKnown;
-  if (policy == QueuePolicy::Never) return;
+  if (!may_queue(base)) return;
   if (is_in_place_list_op(schema)) {
     // No Meta kernel of its own: its composite kernel, run on Meta tensors,
-    // makes the per-tensor checks. The per-tensor ops are pointwise ones,
-    // whose float and double kernels exist.
+    // makes the per-tensor checks.
     plan.kind = Kind::InPlaceList;
-    plan.floating_known = true;
     return;
   }
   if (!op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) return;

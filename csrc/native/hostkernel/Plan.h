@@ -43,34 +43,6 @@ enum class Kind { Inline, Functional, FunctionalCopy, InPlace, Out, InPlaceList 
 // Where the Meta kernel's answer differs from the CPU kernel's (fix_specs).
 enum class SpecFix { None, GroupNorm, MultilabelMarginLoss, LayerNorm, BatchNorm };
 
-// Dtype signatures (the scalar types of a call's tensors, in order, each with
-// whether the tensor is contiguous) whose CPU kernel is known to exist. A
-// first run that gave outputs of other sizes or dtypes than the Meta kernel's
-// answer disables queueing for the op (`refuted`): its Meta kernel cannot be
-// trusted to shape the outputs a queued call hands out at once.
-class VerifiedDtypes {
- public:
-  bool contains(const std::string& signature) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return set_.count(signature) != 0;
-  }
-  void insert(std::string signature) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    set_.insert(std::move(signature));
-  }
-  void refute() const {
-    refuted_.store(true, std::memory_order_relaxed);
-  }
-  bool refuted() const {
-    return refuted_.load(std::memory_order_relaxed);
-  }
-
- private:
-  mutable std::mutex mu_;
-  mutable std::unordered_set<std::string> set_;
-  mutable std::atomic<bool> refuted_{false};
-};
-
 // Facts about one argument of the schema.
 struct ArgFacts {
   bool written = false;    // an out= or in-place target
@@ -84,7 +56,6 @@ struct Plan {
   std::optional<c10::OperatorHandle> out_op;  // Functional: the out= overload
   std::vector<ArgFacts> args;
   std::vector<size_t> written;  // Out: the outputs' places among the arguments
-  bool floating_known = false;  // float/double calls need no first run at the call
   // Integer kernels that raise on values (division by zero): integer-only calls stay at the call.
   bool integer_values_checked = false;
   // The CPU kernel checks scalar arguments that the Meta kernel does not
@@ -95,8 +66,13 @@ struct Plan {
   bool exact_key = false;
   SpecFix fix = SpecFix::None;
   size_t batch_norm_training = 0;  // SpecFix::BatchNorm: the place of `training`
+  // Signatures, their Meta answers and whether the CPU kernel confirmed them
+  // (see Signature).
   MetaCache meta_cache;
-  VerifiedDtypes verified;
+  // A run at the call gave outputs of other sizes, dtypes or layouts than the
+  // Meta kernel's answer: its Meta kernel cannot be trusted to shape the
+  // outputs a queued call hands out at once, so the op is never queued again.
+  mutable std::atomic<bool> refuted{false};
   // Exact keys of calls whose scalar checks passed (see scalar_checks).
   mutable std::mutex checked_mu;
   mutable std::unordered_set<std::string> checked;

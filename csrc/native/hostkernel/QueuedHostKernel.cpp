@@ -46,23 +46,13 @@ int64_t queue_min_elements() {
   return value;
 }
 
-// Which dtypes a CPU kernel supports is only known when it runs, and an
-// unsupported one must be reported at the call. Every op in queueable() has
-// float and double kernels (and bool ones for masks and conditions, alongside
-// floating tensors); other ops verify those too. Kernels for half, bfloat16 and the integer types most have, not
-// all: a call with those dtypes (or with only bool tensors) runs at the call
-// until one with the same dtype signature has run there without error
-// (confirm_queueable_dtypes), and is queued from then on.
+// Sparse tensors have no Meta kernels to plan with; complex ones are not
+// queued either (their CPU kernels resolve conjugation with further ops).
 bool queueable_dtype(const at::Tensor& t) {
   if (!t.defined()) return true;
-  if (t.layout() != c10::kStrided) return false;  // sparse: no Meta kernels to plan with
+  if (t.layout() != c10::kStrided) return false;
   const auto d = t.scalar_type();
   return at::isFloatingType(d) || d == at::kBool || at::isIntegralType(d, /*includeBool=*/false);
-}
-
-bool verified_dtype(const at::Tensor& t) {
-  return !t.defined() || t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble ||
-         t.scalar_type() == at::kBool;
 }
 
 int64_t elements(const c10::IValue& v) {
@@ -76,7 +66,6 @@ struct DtypeScan {
   bool queueable = true;   // every tensor's dtype and layout can be queued
   int floating = 0;        // floating tensors
   bool integer = false;    // some integer tensor
-  bool unverified = false; // some dtype outside float, double and bool
 
   void add(const c10::IValue& v, const ArgFacts& facts) {
     for_each_tensor(v, [&](const at::Tensor& t) {
@@ -84,31 +73,32 @@ struct DtypeScan {
       const at::ScalarType d = t.scalar_type();
       if (at::isFloatingType(d)) ++floating;
       integer = integer || at::isIntegralType(d, /*includeBool=*/false);
-      unverified = unverified || !(d == at::kFloat || d == at::kDouble || d == at::kBool);
       if (facts.indices && t.layout() == c10::kStrided && d == at::kLong) return;
       queueable = queueable && queueable_dtype(t);
     });
   }
 };
 
-// The dtype signature a first run at the call confirms (VerifiedDtypes): each
-// tensor's dtype and whether it is contiguous (a CPU kernel may lay its
-// output out after a strided input's, which confirm_queueable_dtypes must see).
-void dtype_signature(const c10::IValue* args, size_t nargs, std::string& out) {
-  out.clear();
-  for (size_t i = 0; i < nargs; ++i) {
-    for_each_tensor(args[i], [&](const at::Tensor& t) {
-      out.push_back(t.defined() ? static_cast<char>(t.scalar_type()) : '-');
-      out.push_back(t.defined() && t.is_contiguous() ? 'c' : 's');
-    });
+// How each written tensor overlaps the call's other tensors: the CPU kernel
+// checks it (assert_no_overlap, assert_no_partial_overlap), and sizes and
+// strides alone do not tell it, since two arguments may share memory.
+void add_overlaps(CallKey& key, const Plan& plan, const c10::IValue* args) {
+  for (size_t w = 0; w < plan.args.size(); ++w) {
+    if (!plan.args[w].written || !args[w].isTensor() || !args[w].toTensor().defined()) continue;
+    const at::Tensor& out = args[w].toTensor();
+    for (size_t i = 0; i < plan.args.size(); ++i) {
+      if (i == w) continue;
+      for_each_tensor(args[i], [&](const at::Tensor& t) {
+        const bool shared = t.defined() && t.has_storage() && out.has_storage() && t.is_alias_of(out);
+        key.add_byte(shared ? static_cast<uint8_t>(at::get_overlap_status(out, t)) : uint8_t{0xff});
+      });
+    }
   }
 }
 
-// The call waiting for its first run at the call to confirm its dtypes, and
-// what its Meta kernel said that run would return.
+// The call waiting for its first run at the call to confirm its signature.
 thread_local const Plan* tls_unconfirmed_plan = nullptr;
-thread_local std::string tls_unconfirmed_signature;
-thread_local std::shared_ptr<const Answer> tls_unconfirmed_answer;
+thread_local std::shared_ptr<const Signature> tls_unconfirmed;
 
 // Scalar arguments are checked by CPU kernels that Meta kernels do not all
 // repeat: the random in-place ops' parameters (uniform_'s range, random_'s
@@ -155,9 +145,9 @@ void check_arguments_on_empty_cpu(const c10::OperatorHandle& op, const Plan& pla
 // then resizes them without PyTorch's warning (given outputs of the wrong
 // shape, it would warn here and the CPU kernel again), and the answer says
 // what shape the outputs must have.
-std::shared_ptr<const Answer> answer_for(const c10::OperatorHandle& op, const Plan& plan, const c10::IValue* args,
-                                         CallKey& key, bool cacheable) {
-  std::shared_ptr<const Answer> answer;
+std::shared_ptr<const Signature> answer_for(const c10::OperatorHandle& op, const Plan& plan,
+                                            const c10::IValue* args, CallKey& key, bool cacheable) {
+  std::shared_ptr<const Signature> answer;
   if (cacheable && (answer = plan.meta_cache.find(key.shape()))) {
     check_arguments_on_empty_cpu(op, plan, args, key);
     return answer;
@@ -179,7 +169,7 @@ std::shared_ptr<const Answer> answer_for(const c10::OperatorHandle& op, const Pl
   if (!computed) return nullptr;  // not cached: the error is raised again at every call
   if (*computed && !fix_specs(plan, args, **computed)) computed->reset();
   if (cacheable) return plan.meta_cache.insert(shape_key, std::move(*computed));
-  return std::make_shared<const Answer>(std::move(*computed));
+  return std::make_shared<const Signature>(std::move(*computed));
 }
 
 // Out: whether the caller's outputs can be handed to a queued kernel: strided
@@ -315,11 +305,18 @@ struct QueuedCall {
 
 } // namespace
 
-void confirm_queueable_dtypes(const torch::jit::Stack& stack, size_t nreturns) {
+bool awaiting_confirmation() {
+  return tls_unconfirmed_plan != nullptr;
+}
+
+void confirm_signature(const torch::jit::Stack& stack, size_t nreturns, bool warned) {
   if (tls_unconfirmed_plan == nullptr) return;
   const Plan& plan = *std::exchange(tls_unconfirmed_plan, nullptr);
-  const std::shared_ptr<const Answer> answer = std::exchange(tls_unconfirmed_answer, nullptr);
-  const Specs& specs = **answer;
+  const std::shared_ptr<const Signature> signature = std::exchange(tls_unconfirmed, nullptr);
+  // A call that warns keeps running at the call, so that its warning comes
+  // where the caller can catch it, every time, as on CPU.
+  if (warned) return;
+  const Specs& specs = *signature->answer;
   bool agrees = nreturns == specs.size() && stack.size() >= nreturns;
   // (A functional op's queued out= kernel keeps the layout it is given only
   // where its CPU kernel would choose that layout itself: max_unpool2d makes
@@ -327,22 +324,24 @@ void confirm_queueable_dtypes(const torch::jit::Stack& stack, size_t nreturns) {
   const bool layout_matters = plan.kind == Kind::Functional;
   for (size_t k = 0; agrees && k < nreturns; ++k) {
     const c10::IValue& r = stack[stack.size() - nreturns + k];
-    agrees = r.isTensor() && r.toTensor().sizes() == c10::IntArrayRef(specs[k].sizes) &&
+    agrees = r.isTensor() && r.toTensor().layout() == c10::kStrided &&
+             r.toTensor().sizes() == c10::IntArrayRef(specs[k].sizes) &&
              r.toTensor().scalar_type() == specs[k].dtype &&
-             (!layout_matters || r.toTensor().numel() <= 1 || r.toTensor().strides() == c10::IntArrayRef(specs[k].strides));
+             (!layout_matters || r.toTensor().numel() <= 1 ||
+              r.toTensor().strides() == c10::IntArrayRef(specs[k].strides));
   }
   if (!agrees) {
-    plan.verified.refute();
+    plan.refuted.store(true, std::memory_order_relaxed);
     return;
   }
-  plan.verified.insert(std::move(tls_unconfirmed_signature));
+  signature->verified.store(true, std::memory_order_release);
 }
 
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
   breakdown::Clock clock;
   tls_unconfirmed_plan = nullptr;  // (an earlier call's run at the call failed)
   const Plan& plan = plan_for(op);
-  if (plan.kind == Kind::Inline || plan.verified.refuted()) return false;
+  if (plan.kind == Kind::Inline || plan.refuted.load(std::memory_order_relaxed)) return false;
   const size_t nargs = plan.args.size();
   const size_t first = stack->size() - nargs;
   const c10::IValue* args = stack->data() + first;
@@ -356,14 +355,6 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   }
   if (!dtypes.queueable) return false;
   if (dtypes.integer && dtypes.floating == 0 && plan.integer_values_checked) return false;
-  // (not every op has bool kernels)
-  const bool unverified = dtypes.floating == 0 || !plan.floating_known || dtypes.unverified;
-  std::string signature;
-  bool unconfirmed = false;  // the call needs a first run at the call
-  if (unverified) {
-    dtype_signature(args, nargs, signature);
-    unconfirmed = !plan.verified.contains(signature);
-  }
   if (const int64_t min = queue_min_elements(); min > 0) {
     int64_t n = 0;
     for (size_t i = 0; i < nargs; ++i) n += elements(args[i]);
@@ -373,6 +364,7 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
 
   thread_local CallKey key;
   key.clear();
+  key.add_settings();
   bool cacheable = true;
   for (size_t i = 0; i < nargs && cacheable; ++i) {
     if (plan.kind == Kind::Out && plan.args[i].written) {
@@ -381,17 +373,18 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
       cacheable = key.add(args[i], plan.exact_key);
     }
   }
+  if (cacheable) add_overlaps(key, plan, args);
   clock.mark(breakdown::kKey);
 
-  std::shared_ptr<const Answer> answer = answer_for(op, plan, args, key, cacheable);
+  std::shared_ptr<const Signature> signature = answer_for(op, plan, args, key, cacheable);
   clock.mark(breakdown::kMeta);
-  if (!answer || !*answer) return false;
-  const Specs& specs = **answer;
-  if (unconfirmed) {
-    // Runs at the call; confirm_queueable_dtypes checks its outputs against specs.
+  if (!signature || !signature->answer) return false;
+  const Specs& specs = *signature->answer;
+  if (!signature->verified.load(std::memory_order_acquire)) {
+    // Runs at the call, where the CPU kernel makes its checks; confirm_signature
+    // checks its outputs against specs.
     tls_unconfirmed_plan = &plan;
-    tls_unconfirmed_signature = std::move(signature);
-    tls_unconfirmed_answer = std::move(answer);
+    tls_unconfirmed = std::move(signature);
     return false;
   }
 

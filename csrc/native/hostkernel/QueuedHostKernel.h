@@ -9,11 +9,13 @@ namespace my_device {
 // the call allow it (Plan.h). Returns false, with the stack untouched, when
 // the call must run in stream order now instead.
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
-// Call after the host kernel that queue_host_kernel just declined ran at the
-// call without error, with its `nreturns` results on top of `stack`: its
-// dtypes (half, bfloat16, integers, and any for ops outside the listed
-// families) are then known to have a CPU kernel, and later calls with them are
-// queued, provided the results have the sizes and dtypes the Meta kernel gave.
-void confirm_queueable_dtypes(const torch::jit::Stack& stack, size_t nreturns);
+// Whether the call queue_host_kernel just declined waits for its first run
+// at the call to confirm its signature (see Signature in MetaCache.h).
+bool awaiting_confirmation();
+// Call after that run ended without error, with its `nreturns` results on top
+// of `stack`, and whether it warned: later calls of the same signature are
+// then queued, provided the results have the sizes, dtypes and layout the
+// Meta kernel gave and it did not warn.
+void confirm_signature(const torch::jit::Stack& stack, size_t nreturns, bool warned);
 
 } // namespace my_device
