@@ -290,6 +290,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // Operator coverage: the generic host-kernel registration, which must follow
   // every static registration of this library, and the fallback tracker.
   register_all_host_kernels();
+  check_fallback_setting();
   m.def("_host_kernel_coverage", [] {
     const HostKernelCoverage& c = host_kernel_coverage();
     return py::make_tuple(c.host_kernel, c.own_kernel, c.excluded, c.sparse_host_kernel);

@@ -874,6 +874,8 @@ std::vector<SegmentSnapshot> memory_snapshot() {
 }
 
 void record_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream) {
+  TORCH_CHECK(stream.device_type() == kMyDev, "record_stream: expected a ", c10::DeviceTypeName(kMyDev, true),
+              " stream, got a stream of device ", stream.device());
   if (data_ptr.get() == nullptr) return;
   Block* block = nullptr;
   for (auto i : c10::irange(device_count())) {

@@ -5,6 +5,7 @@
 // queued structured kernels (StructuredKernel.h).
 #include "StructuredKernel.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/ScalarOps.h>
 #include <c10/util/MaybeOwned.h>
@@ -32,6 +33,19 @@ const bool g_stubs_mirrored = [] {
   return true;
 }();
 
+// Whether a wrapped integer number keeps its value in integral `type`. The CPU
+// iterator casts one that does not, wrapping around (uint8 + 1000), where a
+// Scalar conversion would raise; so such a number is left to that cast.
+bool fits_exactly(const at::Tensor& number, at::ScalarType type) {
+  if (!at::isIntegralType(type, /*includeBool=*/false) || !at::isIntegralType(number.scalar_type(), false)) {
+    return true;
+  }
+  const int64_t v = number.item<int64_t>();
+  bool fits = true;
+  AT_DISPATCH_INTEGRAL_TYPES(type, "fits_exactly", [&] { fits = !c10::overflows<scalar_t, int64_t>(v); });
+  return fits;
+}
+
 // `tensor op python_number` arrives with the number as a 0-dim CPU double or
 // int64 "wrapped number". When type promotion keeps the tensor's dtype (the
 // usual case: float tensor times 0.5), converting the number first is exactly
@@ -48,8 +62,9 @@ c10::MaybeOwned<at::Tensor> match_wrapped_scalar(const at::Tensor& self, const a
   }
   // Half and bfloat16 loops compute in float and read the number as a float:
   // rounding it to the tensor's dtype first would change results (3.14 is
-  // 3.140625 in half). Those calls take the host path, which keeps the CPU's numerics.
-  if (at::toOpMathType(common) != common) {
+  // 3.140625 in half). Those calls take the host path, which keeps the CPU's
+  // numerics, as do the unsigned types that have no op-math type.
+  if (c10::isBarebonesUnsignedType(common) || at::toOpMathType(common) != common || !fits_exactly(other, common)) {
     return c10::MaybeOwned<at::Tensor>::borrowed(other);
   }
   at::Tensor converted = at::detail::scalar_tensor_static(other.item(), common, at::kCPU);

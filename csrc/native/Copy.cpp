@@ -221,7 +221,13 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(dst.defined(), "dst is undefined");
-  if (self.numel() == 0) return dst;
+  if (self.numel() == 0) {
+    // Nothing to move, but the shapes must still broadcast, as the CPU's copy_ checks.
+    const auto shape = at::infer_size_dimvector(dst.sizes(), self.sizes());
+    TORCH_CHECK(c10::IntArrayRef(shape) == dst.sizes(), "output with shape ", dst.sizes(),
+                " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
+    return dst;
+  }
   // A source with no storage (a lazy tensor copied into mydev): its backend
   // produces its value on the CPU, which is then copied in as any host tensor.
   const at::Tensor src = self.has_storage() ? self : self.cpu();

@@ -1,5 +1,7 @@
 // Tensor creation: every mydev tensor starts here as a MyDevTensorImpl.
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/native/TensorFactories.h>
 #include <c10/core/TensorOptions.h>
 #include <torch/library.h>
 
@@ -21,8 +23,22 @@ NewTensorArgs check_new_tensor(std::optional<at::ScalarType> dtype, std::optiona
   TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
   const auto l = layout.value_or(at::kStrided);
   TORCH_CHECK(l == at::kStrided, "mydev supports only strided tensors, got layout ", l);
-  return {normalize(device.value_or(c10::Device(kMyDev))),
-          c10::scalarTypeToTypeMeta(dtype.value_or(c10::get_default_dtype_as_scalartype()))};
+  const at::ScalarType type = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  if (type == at::kComplexHalf) {
+    // The warning CPU and CUDA tensors give (their empty kernels share it).
+    TORCH_WARN_ONCE("ComplexHalf support is experimental and many operators don't support it yet.");
+  }
+  return {normalize(device.value_or(c10::Device(kMyDev))), c10::scalarTypeToTypeMeta(type)};
+}
+
+// Deterministic mode fills new memory (NaN, or an integer type's maximum) as
+// CPU and CUDA do, so that a kernel reading what it never wrote gives the
+// same result on every run.
+at::Tensor filled_if_deterministic(at::Tensor t) {
+  if (at::globalContext().deterministicAlgorithms() && at::globalContext().deterministicFillUninitializedMemory()) {
+    at::native::fill_empty_deterministic_(t);
+  }
+  return t;
 }
 
 c10::Storage new_storage(c10::DeviceIndex device, size_t nbytes) {
@@ -43,7 +59,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
   if (format != at::MemoryFormat::Contiguous) {
     impl->empty_tensor_restride(format);
   }
-  return at::Tensor(std::move(impl));
+  return filled_if_deterministic(at::Tensor(std::move(impl)));
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
@@ -52,7 +68,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   const auto args = check_new_tensor(dtype, layout, device, pin_memory);
   at::detail::check_size_nonnegative(size);
   const size_t nbytes = at::detail::computeStorageNbytes(size, stride, args.dtype.itemsize());
-  return make_tensor(new_storage(args.device.index(), nbytes), args.dtype, size, stride, 0);
+  return filled_if_deterministic(make_tensor(new_storage(args.device.index(), nbytes), args.dtype, size, stride, 0));
 }
 
 // Autograd's symbolic zero (the derivative of sgn for real inputs, of

@@ -7,6 +7,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -31,7 +32,12 @@ FallbackMode fallback_mode() {
   if (v == nullptr || *v == '\0' || std::strcmp(v, "warn") == 0) return FallbackMode::Warn;
   if (std::strcmp(v, "silent") == 0) return FallbackMode::Silent;
   if (std::strcmp(v, "error") == 0) return FallbackMode::Error;
-  TORCH_CHECK(false, "MYDEV_FALLBACK must be one of warn, silent, error; got '", v, "'");
+  // Said once, as the runtime says of its own variables, whether or not an op falls back.
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    std::fprintf(stderr, "mydev: ignoring invalid MYDEV_FALLBACK=\"%s\"; using warn (expected warn, silent or error)\n", v);
+  }
+  return FallbackMode::Warn;
 }
 
 std::mutex g_mutex;
@@ -93,6 +99,10 @@ void record_fallback(const std::string& name, const c10::FunctionSchema& schema,
 std::unordered_map<std::string, int64_t> fallback_counts() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_counts;
+}
+
+void check_fallback_setting() {
+  (void)fallback_mode();
 }
 
 void reset_fallback_counts() {

@@ -15,6 +15,9 @@ namespace my_device {
 // How many times each op (by "aten::name.overload") went through the copying fallback.
 std::unordered_map<std::string, int64_t> fallback_counts();
 void reset_fallback_counts();
+// Reads MYDEV_FALLBACK once at load, so that an invalid value is reported then
+// (and taken as warn), not at the first op that falls back.
+void check_fallback_setting();
 
 // One kind of fallback call: the op and the dtype and shape of each tensor
 // input, in argument order (tensor lists flattened, undefined tensors left out).

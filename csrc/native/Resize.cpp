@@ -1,6 +1,8 @@
 // Changing a tensor's storage or its size in place: resize_ and the set_ family.
 // Growing a storage is a device allocation plus a runtime copy; the CPU resize
 // helpers would memcpy device bytes from host code.
+#include <ATen/Context.h>
+#include <ATen/native/ResizeCommon.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/is_set_to_native.h>
 #include <torch/library.h>
@@ -37,8 +39,14 @@ void ensure_storage_fits(const at::Tensor& self) {
   if (self.numel() == 0) return;
   const size_t needed = at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.dtype().itemsize(),
                                                          self.storage_offset());
-  if (needed > self.storage().nbytes()) {
+  const size_t old = self.storage().nbytes();
+  if (needed > old) {
     resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
+    // Deterministic mode fills the new bytes, as CPU and CUDA do.
+    if (at::globalContext().deterministicAlgorithms() &&
+        at::globalContext().deterministicFillUninitializedMemory()) {
+      at::native::fill_resize_deterministic_(self, static_cast<int64_t>(old));
+    }
   }
 }
 

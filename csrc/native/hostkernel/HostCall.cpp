@@ -247,7 +247,13 @@ bool is_optional_generator(const c10::Argument& arg) {
 }
 
 c10::IValue host_generator(const c10::IValue& v, const c10::Argument& arg, c10::DeviceIndex device) {
-  if (v.isGenerator() && v.toGenerator().device().type() == kMyDev) return next_engine(v.toGenerator());
+  if (v.isGenerator()) {
+    // A host generator would draw the host's numbers: refused as CUDA refuses it.
+    const c10::DeviceType type = v.toGenerator().device().type();
+    TORCH_CHECK(type == kMyDev, "Expected a '", c10::DeviceTypeName(kMyDev, /*lower_case=*/true),
+                "' device type for generator but found '", c10::DeviceTypeName(type, /*lower_case=*/true), "'");
+    return next_engine(v.toGenerator());
+  }
   if (v.isNone() && is_optional_generator(arg)) return next_engine(default_generator(device));
   return v;
 }
