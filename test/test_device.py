@@ -206,7 +206,7 @@ def test_bad_index_raises_and_device_still_works():
     # synchronisation raises, naming the op, as CUDA's device-side assert.
     x[torch.tensor([1], device="mydev")]
     x[torch.tensor([7], device="mydev")]
-    with pytest.raises(RuntimeError, match="aten::index.Tensor: index 7 is out of bounds for dimension 0"):
+    with pytest.raises(IndexError, match="aten::index.Tensor: index 7 is out of bounds for dimension 0"):
         torch.mydev.synchronize()
     torch.testing.assert_close(x.cpu(), torch.arange(5.0))
     torch.testing.assert_close(other.cpu(), torch.ones(3))

@@ -121,6 +121,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     const mydevError_t err = mydevEventQuery(static_cast<mydevEvent_t>(event));
     if (err == mydevErrorNotReady) return false;
     MYDEV_CHECK(err);
+    // As cudaEventQuery returns an earlier launch's asynchronous error.
+    raise_kernel_failure_after_host_read(current_device());
     return true;
   }
 
@@ -130,6 +132,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeEvent(void* event) const override {
     finish_host_wait(event != nullptr ? mydevEventSynchronize(static_cast<mydevEvent_t>(event)) : mydevSuccess);
+    // As cudaEventSynchronize returns an earlier launch's asynchronous error.
+    raise_kernel_failure_after_host_read(current_device());
   }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
@@ -149,6 +153,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     const mydevError_t err = mydevStreamQuery(stream_handle(stream));
     if (err == mydevErrorNotReady) return false;
     MYDEV_CHECK(err);
+    // As cudaStreamQuery returns an earlier launch's asynchronous error.
+    raise_kernel_failure_after_host_read(stream.device_index());
     return true;
   }
 

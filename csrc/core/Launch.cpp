@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <mutex>
 #include <unordered_map>
 #include <type_traits>
@@ -14,7 +15,8 @@
 namespace my_device {
 namespace {
 std::mutex g_mutex;
-std::unordered_map<c10::DeviceIndex, std::string> g_failures;  // the first unreported failure per device
+// Unreported failures per device, oldest first (as the runtime reports them).
+std::unordered_map<c10::DeviceIndex, std::deque<KernelFailure>> g_failures;
 std::string g_injected;
 std::atomic<bool> g_any_injected{false};
 std::atomic<bool> g_any_failure{false};  // g_failures is not empty
@@ -132,9 +134,12 @@ void finish_host_wait(mydevError_t err) {
   MYDEV_CHECK(err);
 }
 
-void record_kernel_failure(c10::DeviceIndex device, const char* label, const std::string& what) {
+void record_kernel_failure(c10::DeviceIndex device, const char* label, const std::string& what, ErrorKind kind) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_failures.emplace(device, std::string(label) + ": " + what);  // keeps the first
+  auto& pending = g_failures[device];
+  // (Bounded as the runtime bounds each stream's: a loop of failing kernels.)
+  if (pending.size() >= 4096) return;
+  pending.push_back({std::string(label) + ": " + what, kind});
   g_any_failure.store(true);
 }
 
@@ -144,7 +149,8 @@ void raise_kernel_failure_after_host_read(c10::DeviceIndex device) {
   if (!g_any_failure.load(std::memory_order_relaxed) || in_kernel()) return;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    if (g_failures.count(device) == 0) return;
+    auto it = g_failures.find(device);
+    if (it == g_failures.end() || it->second.empty()) return;
   }
   // The streams the read waited for are idle; this takes (and clears) the
   // device's sticky errors and raise_runtime_error names the op. As with CUDA's
@@ -154,14 +160,15 @@ void raise_kernel_failure_after_host_read(c10::DeviceIndex device) {
   MYDEV_CHECK(mydevDeviceSynchronize());
 }
 
-std::string take_kernel_failure(c10::DeviceIndex device) {
+KernelFailure take_kernel_failure(c10::DeviceIndex device) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_failures.find(device);
   if (it == g_failures.end()) return {};
-  std::string what = std::move(it->second);
-  g_failures.erase(it);
+  KernelFailure failure = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) g_failures.erase(it);
   g_any_failure.store(!g_failures.empty());
-  return what;
+  return failure;
 }
 
 void set_sync_debug_mode(int mode) {

@@ -50,9 +50,10 @@
 
 namespace my_device {
 
-// Stores the first failure of an asynchronous kernel on `device` until a
-// synchronisation reports it (raise_runtime_error takes it).
-void record_kernel_failure(c10::DeviceIndex device, const char* label, const std::string& what);
+// Stores the failure of an asynchronous kernel on `device` until a
+// synchronisation reports it (raise_runtime_error takes the oldest).
+void record_kernel_failure(c10::DeviceIndex device, const char* label, const std::string& what,
+                           ErrorKind kind = ErrorKind::Runtime);
 // After a host read that waited for `device`'s streams (a synchronous copy to
 // the host, .item()): raises the failure of a kernel queued before it, as a
 // synchronisation would, since the bytes read may be the failed kernel's. As
@@ -194,7 +195,7 @@ MYDEV_ALWAYS_INLINE int run_kernel_body(const KernelContext& context, c10::Devic
     body();
     return 0;
   } catch (const c10::Error& e) {
-    record_kernel_failure(device, label, e.what_without_backtrace());
+    record_kernel_failure(device, label, e.what_without_backtrace(), error_kind(e));
   } catch (const std::exception& e) {
     record_kernel_failure(device, label, e.what());
   }

@@ -77,7 +77,8 @@ MYDEV_API mydevError_t mydevGetDevice(int* device);        /* per thread */
 MYDEV_API mydevError_t mydevSetDevice(int device);
 MYDEV_API mydevError_t mydevGetDeviceProperties(mydevDeviceProp* prop, int device);
 /* Waits for all work enqueued on any stream of the current device, then returns
- * (and clears) the first pending sticky launch error among them. */
+ * (and clears) one pending launch failure among them; the others are left for
+ * later synchronisations. */
 MYDEV_API mydevError_t mydevDeviceSynchronize(void);
 /* Nonzero once the runtime has been used in this process (first call other than
  * GetDeviceCount/GetErrorName/GetErrorString). Lets the integration decide lazily. */
@@ -120,10 +121,10 @@ MYDEV_API mydevError_t mydevFreeHost(void* ptr);
  * for them).
  *
  * Errors: a failing launch (nonzero return, or a C++ exception escaping it)
- * makes mydevErrorLaunchFailure the stream's sticky error; the first failure
- * since the last synchronisation is kept. mydevStreamSynchronize on that stream,
- * or mydevDeviceSynchronize on its device, returns it once and clears it. Later
- * work on the stream still runs.
+ * makes mydevErrorLaunchFailure the stream's sticky error. Failures are kept in
+ * order: mydevStreamSynchronize on that stream, or mydevDeviceSynchronize on its
+ * device, returns the oldest unreported one and clears it, so a second failure
+ * is reported by a second synchronisation. Later work on the stream still runs.
  *
  * Launched functions may call the runtime (allocate, copy, enqueue), but
  * synchronisation never waits for the calling function's own stream (it

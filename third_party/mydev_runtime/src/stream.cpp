@@ -59,6 +59,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <new>
 #include <optional>
 #include <thread>
@@ -160,9 +161,11 @@ struct mydevStream_st {
   bool drainer_waiting = false;  // a draining host waits for that task to end (drainUntil)
   int blocked = 0;         // the worker (or inline caller) is waiting for other streams or an event
   bool counted = false;    // included in its device's runnable count (see updateRunnable)
-  // First launch failure since the last synchronisation, reported once by it,
-  // and the label of that launch (kept after reporting, until the next failure).
-  mydevError_t sticky_error = mydevSuccess;
+  // Labels of the failed launches not yet reported, oldest first: each
+  // synchronisation reports one, so a second failure is not lost behind the
+  // first (its results are as wrong as the first's). error_label names the
+  // last one reported, or the pending one if none was reported since.
+  std::deque<std::string> failures;
   std::string error_label;
 
   ~mydevStream_st() {
@@ -416,9 +419,11 @@ int runTask(const S& s, Task& t) {
 
 // Caller holds s.mu.
 void recordFailure(S& s, const char* label) {
-  if (s.sticky_error != mydevSuccess) return;  // the first failure is the one reported
-  s.sticky_error = mydevErrorLaunchFailure;
-  s.error_label = label;
+  // (Bounded: a loop of failing launches must not grow the stream without end.)
+  constexpr size_t kMaxPendingFailures = 1024;
+  if (s.failures.size() >= kMaxPendingFailures) return;
+  if (s.failures.empty()) s.error_label = label;
+  s.failures.emplace_back(label);
 }
 
 // The failure of fn run on the calling thread (runHeld), whose label is the
@@ -687,9 +692,10 @@ void waitIdle(S& s) {
 
 mydevError_t takeStickyError(S& s) {
   std::lock_guard<std::mutex> lock(s.mu);
-  mydevError_t e = s.sticky_error;
-  s.sticky_error = mydevSuccess;
-  return e;
+  if (s.failures.empty()) return mydevSuccess;
+  s.error_label = std::move(s.failures.front());
+  s.failures.pop_front();
+  return mydevErrorLaunchFailure;
 }
 
 mydevError_t synchronizeStream(S& s) {
@@ -1116,14 +1122,11 @@ mydevError_t runSynchronously(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
 mydevError_t synchronizeDevice(int device) {
   std::vector<std::shared_ptr<S>> streams = deviceStreams(device);
   for (const auto& s : streams) waitIdle(*s);
-  // Every stream's sticky error is cleared even after the first failure, so
-  // one DeviceSynchronize reports a failure once.
-  mydevError_t first = mydevSuccess;
+  // One failure reported, the others left for later synchronisations.
   for (const auto& s : streams) {
-    mydevError_t e = takeStickyError(*s);
-    if (first == mydevSuccess) first = e;
+    if (mydevError_t e = takeStickyError(*s)) return e;
   }
-  return first;
+  return mydevSuccess;
 }
 
 void waitDeviceIdle(int device) {

@@ -926,9 +926,10 @@ void testLaunch() {
   CHECK_OK(mydevDeviceSynchronize());
   CHECK_OK(mydevEventDestroy(done));
 
-  // DeviceSynchronize reports it too, and clears it for the stream.
+  // DeviceSynchronize reports them too, one each, and clears them for the streams.
   CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), launchFailureAtLaunch());
   CHECK_ERR(mydevLaunchHostFunc(nullptr, failingKernel, &failures), launchFailureAtLaunch());
+  CHECK_ERR(mydevDeviceSynchronize(), mydevErrorLaunchFailure);
   CHECK_ERR(mydevDeviceSynchronize(), mydevErrorLaunchFailure);
   CHECK_OK(mydevDeviceSynchronize());
   CHECK_OK(mydevStreamSynchronize(s));
@@ -1281,13 +1282,15 @@ void testStickyErrorAndLabel() {
   CHECK(failures == 2);
   CHECK(flag.load() == 1);  // work after the failures still ran
   CHECK(errorLabel(s) == "aten::div.Tensor");  // the first failure, the one reported
-  CHECK_OK(mydevStreamSynchronize(s));  // reported once
-  CHECK(errorLabel(s) == "aten::div.Tensor");  // still the last reported one
+  CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);  // the second is not lost
+  CHECK(errorLabel(s) == "second failure");
+  CHECK_OK(mydevStreamSynchronize(s));  // each reported once
+  CHECK(errorLabel(s) == "second failure");  // still the last reported one
 
   // Truncation and arguments.
   char small[5];
   CHECK_OK(mydevStreamGetErrorLabel(s, small, sizeof(small)));
-  CHECK(std::strcmp(small, "aten") == 0);
+  CHECK(std::strcmp(small, "seco") == 0);
   char one[1] = {'x'};
   CHECK_OK(mydevStreamGetErrorLabel(s, one, 1));
   CHECK(one[0] == '\0');
@@ -1300,7 +1303,7 @@ void testStickyErrorAndLabel() {
   CHECK_OK(mydevLaunchHostFuncLabeled(s, noopKernel, nullptr, "fine"));
   CHECK_OK(mydevLaunchHostFuncLabeled(s, noopKernel, nullptr, nullptr));
   CHECK_OK(mydevStreamSynchronize(s));
-  CHECK(errorLabel(s) == "aten::div.Tensor");
+  CHECK(errorLabel(s) == "second failure");
   CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), launchFailureAtLaunch());
   CHECK_ERR(mydevStreamSynchronize(s), mydevErrorLaunchFailure);
   CHECK(errorLabel(s) == "");
