@@ -12,6 +12,12 @@ and report.md to --out. Examples:
     python -m my_device.conformance --module path/to/vendor_test.py
     python -m my_device.conformance --suite modules --out /tmp/m    # the ModuleInfo suite (module_db)
     python -m my_device.conformance --suite modules --modules nn.LSTM,nn.GRU
+
+--suite pytorch runs PyTorch's own device-generic test files on the CPU and on
+mydev and compares them (see pytorch_suite.py and docs/pytorch-tests-howto.md):
+
+    python -m my_device.conformance --suite pytorch --pytorch-tests ~/pytorch/test
+    python -m my_device.conformance --suite pytorch --pytorch-tests ~/pytorch/test --files nn/test_dropout.py
 """
 import argparse
 import datetime
@@ -23,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from . import manifest, report, selection
+from . import manifest, pytorch_suite, report, selection
 from .plugin import RESULTS_VAR
 
 _TESTS = pathlib.Path(__file__).resolve().parents[2] / "test"
@@ -33,20 +39,31 @@ DEFAULT_MODULE = {"ops": _TESTS / "test_conformance.py", "modules": _TESTS / "te
 def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m my_device.conformance", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", choices=("ops", "modules"), default="ops",
-                   help="ops: OpInfos (op_db); modules: ModuleInfos (module_db) (default: %(default)s)")
+    p.add_argument("--suite", choices=("ops", "modules", "pytorch"), default="ops",
+                   help="ops: OpInfos (op_db); modules: ModuleInfos (module_db); pytorch: PyTorch's own "
+                   "device-generic test files, on the CPU and on mydev (default: %(default)s)")
+    p.add_argument("--pytorch-tests", metavar="DIR",
+                   help="--suite pytorch: the test/ folder of a PyTorch source checkout of the installed version")
+    p.add_argument("--files", help="--suite pytorch: comma-separated files under DIR, e.g. "
+                   "test_view_ops.py,nn/test_dropout.py (default: the eleven of pytorch_suite.DEFAULT_FILES)")
     p.add_argument("--ops", help="comma-separated OpInfo names or full names (default: all of op_db)")
     p.add_argument("--modules", help="--suite modules: comma-separated module names, e.g. nn.LSTM (default: all)")
     p.add_argument("--dtypes", help="comma-separated dtypes, e.g. float32,int64 (default: all the CPU supports)")
     p.add_argument("--tests", help="comma-separated test names, e.g. test_forward,test_backward (default: all)")
     p.add_argument("--module", help="the pytest module to run (default: test/test_conformance.py, or "
                    "test/test_modules.py for --suite modules)")
-    p.add_argument("--out", default="conformance-report", help="directory for report.json and report.md")
+    p.add_argument("--out", help="directory for report.json and report.md (default: conformance-report, or "
+                   "pytorch-tests-report for --suite pytorch)")
     p.add_argument("--baseline", help="an earlier report.json: list regressions and improvements against it")
-    p.add_argument("--batch-size", type=int, default=25, help="OpInfos or modules per process (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, help="OpInfos or modules per process (default: 25), or tests per "
+                   "process for --suite pytorch (default: 500)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a batch counts as hung")
     args = p.parse_args(argv)
-    args.module = args.module or str(DEFAULT_MODULE[args.suite])
+    pytorch = args.suite == "pytorch"
+    args.out = args.out or ("pytorch-tests-report" if pytorch else "conformance-report")
+    args.batch_size = args.batch_size or (500 if pytorch else 25)
+    if not pytorch:
+        args.module = args.module or str(DEFAULT_MODULE[args.suite])
     return args
 
 
@@ -105,6 +122,8 @@ def _read(path):
 
 def main(argv=None):
     args = _parse(argv)
+    if args.suite == "pytorch":
+        return pytorch_suite.main(args, argv)
     ops = _select_modules(args.modules) if args.suite == "modules" else _select_ops(args.ops)
     unit = "modules" if args.suite == "modules" else "OpInfos"
     batches = [ops[i:i + args.batch_size] for i in range(0, len(ops), args.batch_size)]

@@ -6,6 +6,19 @@ MYDEV_CONFORMANCE_RESULTS (and does nothing without it). One line per test:
 where test is the generic test name ("test_forward"), op the OpInfo full_name,
 outcome one of pass, fail, xfail, xpass, skip, and fallbacks the ops the copying
 CPU fallback served during the test, with their call counts.
+
+For test files that are not OpInfo suites (`--suite pytorch`, PyTorch's own test
+files), three more variables apply, each doing nothing when unset:
+- MYDEV_CONFORMANCE_NAMES=raw: record the instantiated test name as "test" with
+  op and dtype None (no lookup in op_db, which such files may not even import),
+  and give a failure whose exception was raised from another one a "cause", the
+  first exception's message (torch.testing's "Comparing ... resulted in the
+  unexpected exception above" says nothing of its own);
+- MYDEV_CONFORMANCE_COLLECTED=path: write the node id of every collected test,
+  one a line, once collection ends (with --collect-only too);
+- MYDEV_CONFORMANCE_SELECT=path: keep only the tests whose node ids that file
+  lists (one a line) and deselect the rest, so that a batch of thousands of
+  tests needs no command line of thousands of arguments.
 """
 import json
 import os
@@ -14,6 +27,9 @@ import re
 import pytest
 
 RESULTS_VAR = "MYDEV_CONFORMANCE_RESULTS"
+NAMES_VAR = "MYDEV_CONFORMANCE_NAMES"
+COLLECTED_VAR = "MYDEV_CONFORMANCE_COLLECTED"
+SELECT_VAR = "MYDEV_CONFORMANCE_SELECT"
 
 _SUFFIX = re.compile(r"_(?:mydev|privateuse1)(?:_(?P<dtype>[a-z0-9]+))?$")
 _formatted = None  # OpInfo formatted_name -> full_name, longest first
@@ -58,9 +74,17 @@ def _message(report):
     return text.strip()[:2000]
 
 
+def _cause(report):
+    chain = getattr(report.longrepr, "chain", None)
+    if not chain or len(chain) < 2 or chain[0][1] is None:
+        return None
+    return chain[0][1].message.strip()[:2000]
+
+
 class _Recorder:
-    def __init__(self, path):
+    def __init__(self, path, raw_names=False):
         self.path = path
+        self.raw_names = raw_names
         self.fallbacks = {}
 
     @pytest.hookimpl(hookwrapper=True)
@@ -82,18 +106,52 @@ class _Recorder:
                 outcome = "pass" if report.passed else "fail"
         if outcome is None:
             return
-        test, op, dtype = parse_test_name(report.nodeid.split("::")[-1])
+        name = report.nodeid.split("::")[-1]
+        test, op, dtype = (name.split("[")[0], None, None) if self.raw_names else parse_test_name(name)
         message = _message(report)
         if outcome == "fail" and "Unexpected success" in message:
             outcome = "xpass"
         record = {"nodeid": report.nodeid, "test": test, "op": op, "dtype": dtype, "outcome": outcome,
                   "message": message if outcome != "pass" else "", "seconds": round(report.duration, 3),
                   "fallbacks": self.fallbacks.pop(report.nodeid, {})}
+        cause = _cause(report) if self.raw_names and outcome in ("fail", "xfail") else None
+        if cause:
+            record["cause"] = cause
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+class _Selection:
+    """Collection-time hooks of the runner of PyTorch's test files (see the module docstring)."""
+
+    def __init__(self, select_path, collected_path):
+        self.wanted = None
+        if select_path:
+            with open(select_path) as f:
+                self.wanted = {line.strip() for line in f if line.strip()}
+        self.collected_path = collected_path
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if self.wanted is None:
+            return
+        keep = [i for i in items if i.nodeid in self.wanted]
+        drop = [i for i in items if i.nodeid not in self.wanted]
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+    def pytest_collection_finish(self, session):
+        if self.collected_path:
+            with open(self.collected_path, "w") as f:
+                f.writelines(item.nodeid + "\n" for item in session.items)
 
 
 def pytest_configure(config):
     path = os.environ.get(RESULTS_VAR)
     if path:
-        config.pluginmanager.register(_Recorder(path), "mydev-conformance-recorder")
+        config.pluginmanager.register(_Recorder(path, os.environ.get(NAMES_VAR) == "raw"),
+                                      "mydev-conformance-recorder")
+    select, collected = os.environ.get(SELECT_VAR), os.environ.get(COLLECTED_VAR)
+    if select or collected:
+        config.pluginmanager.register(_Selection(select, collected), "mydev-conformance-selection")
