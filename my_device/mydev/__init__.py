@@ -170,6 +170,7 @@ def get_amp_supported_dtype():
 from .memory import *  # noqa: E402,F401,F403
 from .random import *  # noqa: E402,F401,F403
 from .streams import *  # noqa: E402,F401,F403
+from .storage import *  # noqa: E402,F401,F403  (FloatStorage and its siblings)
 from . import amp  # noqa: E402,F401  (torch.mydev.amp, as torch.cuda.amp)
 
 

@@ -1,7 +1,6 @@
 // The Meta kernel's answers by call signature (MetaCache.h).
 #include "MetaCache.h"
 
-#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DefaultDtype.h>
 
@@ -121,9 +120,6 @@ void CallKey::add_output(const c10::IValue& v) {
 }
 
 void CallKey::add_settings() {
-  const auto& ctx = at::globalContext();
-  put(shape_, static_cast<uint8_t>(ctx.deterministicAlgorithms() | ctx.deterministicAlgorithmsWarnOnly() << 1 |
-                                   ctx.deterministicFillUninitializedMemory() << 2));
   put(shape_, c10::typeMetaToScalarType(c10::get_default_dtype()));
 }
 

@@ -15,6 +15,7 @@
 #include "QueuedHostKernel.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/strides.h>
@@ -342,6 +343,11 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   tls_unconfirmed_plan = nullptr;  // (an earlier call's run at the call failed)
   const Plan& plan = plan_for(op);
   if (plan.kind == Kind::Inline || plan.refuted.load(std::memory_order_relaxed)) return false;
+  // CPU kernels read deterministic mode, a process-wide setting, when they run:
+  // queued, they would follow whatever it is by then (a caller switching it off
+  // before reading the result took the nondeterministic path). While it is on,
+  // host kernels run at the call, with the caller's setting.
+  if (at::globalContext().deterministicAlgorithms()) return false;
   const size_t nargs = plan.args.size();
   const size_t first = stack->size() - nargs;
   const c10::IValue* args = stack->data() + first;
