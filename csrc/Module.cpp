@@ -54,6 +54,17 @@ void synchronize(c10::DeviceIndex device) {
   finish_host_wait(err);
 }
 
+// Waits for the work queued on every device, leaving kernel failures for the
+// next synchronisation: for a change of a process-wide setting that kernels
+// read when they run (my_device/_settings.py).
+void wait_for_queued_work() {
+  for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
+    RuntimeDeviceGuard on_device(d);
+    py::gil_scoped_release no_gil;
+    MYDEV_CHECK(mydevDeviceWaitIdle());
+  }
+}
+
 // The flat "name.pool.metric" dictionary torch.cuda.memory_stats returns.
 py::dict memory_info(c10::DeviceIndex device) {
   const DeviceStats stats = memory_stats(device);
@@ -180,6 +191,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   // Wrapped so that the queued kernels' warnings it raises become Python warnings.
   m.def("_synchronize", torch::wrap_pybind_function([](int device) { synchronize(static_cast<c10::DeviceIndex>(device)); }));
+  m.def("_wait_for_queued_work", &wait_for_queued_work);
   m.def("_set_sync_debug_mode", &set_sync_debug_mode);
   m.def("_get_sync_debug_mode", &sync_debug_mode);
   m.def("_get_device_properties", [](int device) { return device_properties(static_cast<c10::DeviceIndex>(device)); });

@@ -74,6 +74,10 @@ from . import _nested_sdpa  # noqa: E402
 
 _nested_sdpa.install()
 
+from . import _settings  # noqa: E402
+
+_settings.install()
+
 # After _register(): swiglu's mydev kernel is registered under the device's name.
 from . import ops  # noqa: E402
 

@@ -417,7 +417,28 @@ def work_semantics(checks, rank, world):
             raise AssertionError("a gloo-only group accepted a mydev tensor")
         dist.destroy_process_group(g)
 
+    def wait_with_a_timeout_waits_on_the_host():
+        # As NCCL's Work.wait(timeout): the host waits, and raises once the timeout has passed.
+        peer = 1 - rank
+        buf = torch.zeros(4, device=DEV)
+        if rank == 0:
+            work = dist.irecv(buf, src=peer)
+            try:
+                work.wait(timeout=timedelta(milliseconds=200))
+            except RuntimeError as e:
+                expect("wait timed out after 200ms" in str(e), f"unexpected error: {e}")
+            else:
+                raise AssertionError("wait(timeout=200ms) returned before the peer sent anything")
+            dist.barrier(device_ids=None)        # lets the peer send
+            work.wait()
+            expect_equal(buf, torch.full((4,), 7.0), "the message received after the timed-out wait")
+        else:
+            dist.barrier(device_ids=None)
+            dist.send(torch.full((4,), 7.0, device=DEV), dst=peer)
+        torch.mydev.synchronize()
+
     checks.run("async_work", async_work)
+    checks.run("wait_with_a_timeout_waits_on_the_host", wait_with_a_timeout_waits_on_the_host)
     checks.run("bad_input", bad_input)
     checks.run("p2p_stress", p2p_stress)
     checks.run("gloo_refuses_mydev", gloo_refuses_mydev)

@@ -131,6 +131,10 @@ def test_work_is_asynchronous_and_stream_ordered(main_suite):
     outcome(main_suite, "async_work")
 
 
+def test_wait_with_a_timeout_waits_on_the_host_and_raises_after_it(main_suite):
+    outcome(main_suite, "wait_with_a_timeout_waits_on_the_host")
+
+
 def test_bad_input_raises_at_the_call_and_the_group_still_works(main_suite):
     outcome(main_suite, "bad_input")
 

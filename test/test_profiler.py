@@ -230,6 +230,7 @@ from torch.profiler import profile, ProfilerActivity
 v = torch.randn(100000, generator=torch.Generator().manual_seed(0)).to("mydev")
 w = torch.randn(1, 1, 64, 64, generator=torch.Generator().manual_seed(1)).to("mydev")
 k = torch.ones(2, 1, 5, 5, device="mydev")
+torch.sort(v), torch.nn.functional.conv2d(w, k)   # (a signature's first call runs at the call)
 torch.mydev.synchronize()
 stream = torch.mydev.current_stream()
 my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, 1000)

@@ -347,7 +347,9 @@ class WorkMCCL final : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout) override {
     raise_if_failed();
     block_current_stream();
-    if (blocking_) {
+    // As NCCL's: a timeout given to wait() makes the host wait (and raise once it
+    // has passed), even when the group does not block.
+    if (blocking_ || timeout != kNoTimeout) {
       if (timeout != kNoTimeout) wait_on_host_for(timeout);
       wait_on_host();
       raise_if_failed();

@@ -5,6 +5,7 @@
 
 #include <ATen/native/Activation.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/native/Gelu.h>
 #include <ATen/native/TensorCompare.h>
 #include <ATen/native/UnaryOps.h>
 #include <ATen/ops/clamp_min.h>
@@ -86,11 +87,15 @@ at::Tensor& relu_(at::Tensor& self) {
 }
 
 // The job keeps its own copy of `approximate`: the caller's string_view dies at return.
+// gelu's CPU impl(), not its meta function, parses `approximate`: it is parsed
+// here too, so that a bad value is raised at the call, not on the worker.
 at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
+  (void)at::native::get_gelutype_enum(approximate);
   return functional<at::native::structured_gelu_out_cpu>("aten::gelu", self, std::string(approximate));
 }
 
 at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
+  (void)at::native::get_gelutype_enum(approximate);
   return functional<at::native::structured_gelu_backward_out_cpu>("aten::gelu_backward", grad, self, std::string(approximate));
 }
 

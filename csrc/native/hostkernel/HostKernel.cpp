@@ -54,31 +54,6 @@ class DeviceScan {
   std::optional<c10::Device> other_;
 };
 
-// Notes whether a warning was raised on this thread while it lives, and passes
-// each on to the handler it replaced (Python's, in a call from Python).
-class WarningWatch : public c10::WarningHandler {
- public:
-  WarningWatch() : previous_(c10::WarningUtils::get_warning_handler()) {
-    c10::WarningUtils::set_warning_handler(this);
-  }
-  ~WarningWatch() override {
-    c10::WarningUtils::set_warning_handler(previous_);
-  }
-  WarningWatch(const WarningWatch&) = delete;
-  WarningWatch& operator=(const WarningWatch&) = delete;
-  void process(const c10::Warning& warning) override {
-    warned_ = true;
-    previous_->process(warning);
-  }
-  bool warned() const {
-    return warned_;
-  }
-
- private:
-  c10::WarningHandler* previous_;
-  bool warned_ = false;
-};
-
 } // namespace
 
 void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
@@ -119,7 +94,7 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
   std::optional<WarningWatch> watch;
   std::optional<UnreportedSync> unreported;
   if (awaiting_confirmation()) {
-    watch.emplace();
+    watch.emplace(/*forward=*/true);
     unreported.emplace();
   }
   launch_inline(device, [&] {

@@ -2,6 +2,8 @@
 // schema and name on the op's first call.
 #include "Plan.h"
 
+#include <ATen/ops/empty.h>
+
 #include <algorithm>
 #include <memory>
 #include <unordered_map>
@@ -279,8 +281,8 @@ const Plan& plan_for(const c10::OperatorHandle& op) {
 //    contiguous in its suggested memory format, which Meta does not check.
 //  - native_layer_norm: the CPU gives a half or bfloat16 input statistics of
 //    its own dtype, Meta float ones.
-//  - native_batch_norm: in eval mode the CPU returns empty save_mean and
-//    save_invstd; the statistics are float only for a half or bfloat16 input
+//  - native_batch_norm: its output's layout (see below); in eval mode the CPU
+//    returns empty save_mean and save_invstd; the statistics are float only for a half or bfloat16 input
 //    with float parameters (Meta makes them float for any half input); and
 //    parameters of another dtype than the input are otherwise an error of the
 //    CPU kernel (Meta promotes them).
@@ -325,6 +327,10 @@ bool fix_specs(const Plan& plan, const c10::IValue* args, Specs& specs) {
       }
     }
   }
+  // The CPU lays its output out in the input's suggested memory format (a
+  // transposed input gives a contiguous output); Meta keeps the input's strides.
+  const at::MemoryFormat format = args[0].toTensor().suggest_memory_format();
+  specs[0].strides = at::empty(specs[0].sizes, at::TensorOptions(at::kMeta).memory_format(format)).strides().vec();
   const bool training = args[plan.batch_norm_training].toBool();
   for (size_t k = 1; k <= 2; ++k) {
     specs[k].dtype = float_params ? at::kFloat : input;

@@ -110,16 +110,17 @@ thread_local std::shared_ptr<const Signature> tls_unconfirmed;
 // anything, and raises the CPU's error here, at the call, as CUDA checks a
 // scalar on the host before launching. Before the device's generator is drawn
 // from, so a failed call leaves its stream of numbers as it was. A set of
-// values that passed is not checked again.
-void check_arguments_on_empty_cpu(const c10::OperatorHandle& op, const Plan& plan, const c10::IValue* args,
-                                  CallKey& key) {
-  if (!plan.scalar_checks) return;
+// values that passed is not checked again. False if the check warned: the
+// call then runs at the call.
+bool arguments_pass_on_empty_cpu(const c10::OperatorHandle& op, const Plan& plan, const c10::IValue* args,
+                                 CallKey& key) {
+  if (!plan.scalar_checks) return true;
   // (A copy: the CPU kernel may run Python, whose finalisers may launch mydev
   // ops on this thread and reuse its key buffer.)
   std::string exact = key.exact();
   {
     std::lock_guard<std::mutex> lock(plan.checked_mu);
-    if (plan.checked.count(exact)) return;
+    if (plan.checked.count(exact)) return true;
   }
   static const at::Generator scratch = at::make_generator<at::CPUGeneratorImpl>();
   torch::jit::Stack stack;
@@ -133,14 +134,21 @@ void check_arguments_on_empty_cpu(const c10::OperatorHandle& op, const Plan& pla
       stack.push_back(v);
     }
   }
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+  {
+    // A warning (random_'s bound that a float cannot hold exactly) keeps the
+    // call at the call, where the CPU kernel gives it once, at the caller.
+    WarningWatch watch(/*forward=*/false);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+    if (watch.warned()) return false;
+  }
   std::lock_guard<std::mutex> lock(plan.checked_mu);
   if (plan.checked.size() >= 512) plan.checked.clear();  // values that keep changing: start over
   plan.checked.insert(std::move(exact));
+  return true;
 }
 
-// The Meta kernel's answer for the call (from the cache after the first time),
-// with every argument error raised now; null if the call must run at the call,
+// The call's signature with the Meta kernel's answer (from the cache after the
+// first time); null if the Meta kernel raised: the call then runs at the call,
 // where the CPU kernel reports its own error or handles the data-dependent case.
 // An out= call's Meta kernel is given empty outputs of the same dtypes: it
 // then resizes them without PyTorch's warning (given outputs of the wrong
@@ -149,13 +157,10 @@ void check_arguments_on_empty_cpu(const c10::OperatorHandle& op, const Plan& pla
 std::shared_ptr<const Signature> answer_for(const c10::OperatorHandle& op, const Plan& plan,
                                             const c10::IValue* args, CallKey& key, bool cacheable) {
   std::shared_ptr<const Signature> answer;
-  if (cacheable && (answer = plan.meta_cache.find(key.shape()))) {
-    check_arguments_on_empty_cpu(op, plan, args, key);
-    return answer;
-  }
-  // (A copy of the key, for the reason check_arguments_on_empty_cpu gives.)
+  if (cacheable && (answer = plan.meta_cache.find(key.shape()))) return answer;
+  // (A copy of the key: a Python Meta kernel may run finalisers that launch
+  // mydev ops on this thread and reuse its key buffer.)
   const std::string shape_key = key.shape();
-  check_arguments_on_empty_cpu(op, plan, args, key);
   std::vector<c10::IValue> meta_args(args, args + plan.args.size());
   for (size_t i = 0; i < meta_args.size(); ++i) {
     c10::IValue& v = meta_args[i];
@@ -319,10 +324,10 @@ void confirm_signature(const torch::jit::Stack& stack, size_t nreturns, bool war
   if (warned) return;
   const Specs& specs = *signature->answer;
   bool agrees = nreturns == specs.size() && stack.size() >= nreturns;
-  // (A functional op's queued out= kernel keeps the layout it is given only
-  // where its CPU kernel would choose that layout itself: max_unpool2d makes
-  // a channels-last output for a channels-last input, Meta a contiguous one.)
-  const bool layout_matters = plan.kind == Kind::Functional;
+  // (A functional op's outputs are allocated in the Meta kernel's layout, which
+  // must be the one the CPU kernel chooses: max_unpool2d makes a channels-last
+  // output for a channels-last input, Meta a contiguous one.)
+  const bool layout_matters = plan.kind == Kind::Functional || plan.kind == Kind::FunctionalCopy;
   for (size_t k = 0; agrees && k < nreturns; ++k) {
     const c10::IValue& r = stack[stack.size() - nreturns + k];
     agrees = r.isTensor() && r.toTensor().layout() == c10::kStrided &&
@@ -393,6 +398,9 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
     tls_unconfirmed = std::move(signature);
     return false;
   }
+  // (Only for a confirmed signature, whose key no Python Meta kernel ran since
+  // it was built; an unconfirmed one runs the CPU kernel at the call anyway.)
+  if (!arguments_pass_on_empty_cpu(op, plan, args, key)) return false;
 
   // What the caller gets back.
   std::vector<at::Tensor> outputs;

@@ -1,6 +1,7 @@
 #pragma once
 // Host-kernel calls queued on the stream (see QueuedHostKernel.cpp).
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
 
 namespace my_device {
 
@@ -9,6 +10,34 @@ namespace my_device {
 // the call allow it (Plan.h). Returns false, with the stack untouched, when
 // the call must run in stream order now instead.
 bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
+// Notes whether a warning was raised on this thread while it lives, and
+// passes each on to the handler it replaced (Python's, in a call from Python)
+// if `forward`, or drops it.
+class WarningWatch : public c10::WarningHandler {
+ public:
+  explicit WarningWatch(bool forward)
+      : previous_(c10::WarningUtils::get_warning_handler()), forward_(forward) {
+    c10::WarningUtils::set_warning_handler(this);
+  }
+  ~WarningWatch() override {
+    c10::WarningUtils::set_warning_handler(previous_);
+  }
+  WarningWatch(const WarningWatch&) = delete;
+  WarningWatch& operator=(const WarningWatch&) = delete;
+  void process(const c10::Warning& warning) override {
+    warned_ = true;
+    if (forward_) previous_->process(warning);
+  }
+  bool warned() const {
+    return warned_;
+  }
+
+ private:
+  c10::WarningHandler* previous_;
+  bool forward_;
+  bool warned_ = false;
+};
+
 // Whether the call queue_host_kernel just declined waits for its first run
 // at the call to confirm its signature (see Signature in MetaCache.h).
 bool awaiting_confirmation();

@@ -80,6 +80,11 @@ MYDEV_API mydevError_t mydevGetDeviceProperties(mydevDeviceProp* prop, int devic
  * (and clears) one pending launch failure among them; the others are left for
  * later synchronisations. */
 MYDEV_API mydevError_t mydevDeviceSynchronize(void);
+/* Waits as mydevDeviceSynchronize does, but leaves pending launch failures for
+ * the next synchronisation (as CUDA's stay sticky): for a host that must know
+ * earlier work has run, without taking its errors (a change of a setting that
+ * kernels read when they run). */
+MYDEV_API mydevError_t mydevDeviceWaitIdle(void);
 /* Nonzero once the runtime has been used in this process (first call other than
  * GetDeviceCount/GetErrorName/GetErrorString). Lets the integration decide lazily. */
 MYDEV_API int mydevIsInitialized(void);

@@ -237,4 +237,10 @@ mydevError_t mydevDeviceSynchronize(void) {
   return synchronizeDevice(currentDevice());
 }
 
+mydevError_t mydevDeviceWaitIdle(void) {
+  if (mydevError_t e = ensureInitialized()) return e;
+  waitDeviceIdle(currentDevice());
+  return mydevSuccess;
+}
+
 }  // extern "C"

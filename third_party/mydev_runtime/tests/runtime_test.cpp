@@ -929,6 +929,8 @@ void testLaunch() {
   // DeviceSynchronize reports them too, one each, and clears them for the streams.
   CHECK_ERR(mydevLaunchHostFunc(s, failingKernel, &failures), launchFailureAtLaunch());
   CHECK_ERR(mydevLaunchHostFunc(nullptr, failingKernel, &failures), launchFailureAtLaunch());
+  CHECK_OK(mydevDeviceWaitIdle());  // waits, leaving both for the synchronisations
+  CHECK(mydevStreamQuery(s) == mydevSuccess);
   CHECK_ERR(mydevDeviceSynchronize(), mydevErrorLaunchFailure);
   CHECK_ERR(mydevDeviceSynchronize(), mydevErrorLaunchFailure);
   CHECK_OK(mydevDeviceSynchronize());

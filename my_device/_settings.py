@@ -1,0 +1,34 @@
+"""Process-wide settings that kernels read when they run.
+
+CPU kernels, which are mydev's kernels, read deterministic mode
+(`torch.use_deterministic_algorithms`) when they run, not when they are launched; a
+kernel queued before the mode changes would follow the new mode (a `put_` launched
+with the mode off would raise its nondeterminism alert on the worker). So a change
+of the mode first waits for the work queued on every device, leaving its errors for
+the next synchronisation. (While the mode is on, host kernels run at the call:
+csrc/native/hostkernel/QueuedHostKernel.cpp.) PyTorch's own setter is patched,
+`torch._C._set_deterministic_algorithms`, which torch.use_deterministic_algorithms
+and torch.set_deterministic_debug_mode look up at each call.
+"""
+import torch
+
+from . import _C
+
+
+def install() -> None:
+    original = torch._C._set_deterministic_algorithms
+    if getattr(original, "_mydev_patch", False):
+        return
+
+    def _set_deterministic_algorithms(mode, *args, **kwargs):
+        changes = (bool(mode) != torch._C._get_deterministic_algorithms()
+                   or bool(kwargs.get("warn_only", args[0] if args else False))
+                   != torch._C._get_deterministic_algorithms_warn_only())
+        if changes and torch.mydev.is_initialized():
+            _C._wait_for_queued_work()
+        return original(mode, *args, **kwargs)
+
+    _set_deterministic_algorithms.__doc__ = original.__doc__
+    _set_deterministic_algorithms._mydev_patch = True
+    _set_deterministic_algorithms._torch_original = original
+    torch._C._set_deterministic_algorithms = _set_deterministic_algorithms
