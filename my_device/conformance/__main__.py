@@ -171,12 +171,7 @@ def main(argv=None):
         if isinstance(f, dict) and "passing" in f:
             print(f"{name}: {f['passing']}/{f['total']} ({f['percent']}%)")
     print(f"ops served by the copying fallback: {figs['fallback_ops'] or 'none'}")
-    if regressions is not None:
-        print(f"against {args.baseline}: {len(regressions)} regressions, {len(improvements)} improvements")
-        for r in regressions:
-            print("  regression:", *r)
-    print(f"report: {os.path.join(args.out, 'report.md')}")
-    return 1 if regressions else 0
+    return report.print_baseline_outcome(args.baseline, regressions, improvements, args.out)
 
 
 if __name__ == "__main__":

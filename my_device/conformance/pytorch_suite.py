@@ -58,7 +58,7 @@ import sys
 import tempfile
 import time
 
-from . import plugin
+from . import plugin, report
 
 DEVICE = "mydev"
 
@@ -597,9 +597,4 @@ def main(args, argv):
     totals, regressions, improvements = write(args.out, meta, files, rows, args.baseline)
     print(f"total: mydev passes {totals['mydev_passes_of_cpu_passes']}/{totals['cpu_passes']} of the CPU's passes "
           f"({totals['percent']}%), {totals['percent_excluding_impossible']}% excluding impossible")
-    if regressions is not None:
-        print(f"against {args.baseline}: {len(regressions)} regressions, {len(improvements)} improvements")
-        for r in regressions:
-            print("  regression:", *r)
-    print(f"report: {os.path.join(args.out, 'report.md')}")
-    return 1 if regressions else 0
+    return report.print_baseline_outcome(args.baseline, regressions, improvements, args.out)

@@ -5,6 +5,7 @@ batches that crashed); output is report.json and a Markdown page.
 """
 import collections
 import json
+import os
 
 FORWARD, BACKWARD = "test_forward", "test_backward"
 PASSING = ("pass",)
@@ -199,3 +200,13 @@ def write(path_json, path_md, meta, results, baseline_path=None, manifest_lookup
     with open(path_md, "w") as f:
         f.write(markdown(meta, results, figs, regressions, improvements, manifest_lookup, suite))
     return figs, regressions, improvements
+
+
+def print_baseline_outcome(baseline, regressions, improvements, out):
+    """Prints the comparison with --baseline (if given) and the report's path; the exit code: 1 on regressions."""
+    if regressions is not None:
+        print(f"against {baseline}: {len(regressions)} regressions, {len(improvements)} improvements")
+        for r in regressions:
+            print("  regression:", *r)
+    print(f"report: {os.path.join(out, 'report.md')}")
+    return 1 if regressions else 0
