@@ -676,3 +676,18 @@ def test_a_fill_at_the_call_that_does_not_fit_raises_there_and_loses_nothing():
     torch.mydev.synchronize()  # nothing left to report
     assert i8.cpu().tolist() == list(range(6))
     assert i8[::2].fill_(-7).cpu().tolist() == [-7] * 3
+
+
+def test_a_python_float_that_changes_at_every_call_does_not_keep_a_call_at_the_call():
+    # bfloat16 * number takes the host kernel (its loop computes in float); a
+    # learning rate that changes every step must not make each step's call a new
+    # signature, run at the call. Its value still counts for the results.
+    x = torch.randn(64).to(torch.bfloat16)
+    d = x.to("mydev")
+    d * 0.5                                    # (the signature's first call runs at the call)
+    for lr in (0.25, 0.125, 3e-4):
+        got, was_queued = queued(lambda: d * lr)
+        assert was_queued, lr
+        assert torch.equal(got.cpu(), x * lr)
+    got, was_queued = queued(lambda: d * float("nan"))   # another class of value: a new signature
+    assert not was_queued and torch.equal(got.cpu().isnan(), (x * float("nan")).isnan())

@@ -94,6 +94,11 @@ IMPOSSIBLE_FAILURES = (
      "PrivateUse1 tensor selects ConvBackend.Overrideable"),
     ("*", r"", r"ConvBackend\.Overrideable",
      "expects a CPU/CUDA convolution backend; a PrivateUse1 tensor selects ConvBackend.Overrideable"),
+    ("test_torch.py", r"::test_tensor_storage_type_", r"<class 'torch\.\w+Storage'>",
+     "expects torch.<Name>Storage, the CPU's class, for every device but CUDA; PyTorch looks a PrivateUse1 "
+     "storage's class up in the backend's module (torch.mydev.FloatStorage, as torch.cuda.FloatStorage)"),
+    ("test_torch.py", r"::test_broadcast_fn_map2?$", r"map2?_ is only implemented on CPU tensors",
+     "Tensor.map_/map2_ are CPU-only in PyTorch; the test skips them on CUDA only"),
 )
 
 # Errors that only wrap the one they were raised from: a failure with one of these

@@ -45,8 +45,16 @@ at::Tensor to_meta(const at::Tensor& t) {
 // the call unkeyable, and so never queued.
 constexpr int64_t kMaxKeyedHostElements = 64;
 
-bool put_host_values(std::string& key, const at::Tensor& t) {
+bool put_host_values(std::string& key, std::string& values, const at::Tensor& t) {
   if (t.device().type() != c10::DeviceType::CPU) return true;
+  if (t.unsafeGetTensorImpl()->is_wrapped_number() && t.is_floating_point()) {
+    // A Python float, which may change at every step (a learning rate): by
+    // class in the key, as floating Scalars are.
+    const double x = t.item<double>();
+    put(key, value_class(x));
+    put(values, x);
+    return true;
+  }
   if (t.layout() != c10::kStrided || t.numel() > kMaxKeyedHostElements) return false;
   const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
   if (c.numel() > 0) key.append(static_cast<const char*>(c.const_data_ptr()), c.nbytes());
@@ -69,7 +77,7 @@ bool CallKey::add(const c10::IValue& v, bool exact) {
                                   (t.layout() != c10::kStrided) << 3));
     put_ints(key, t.sizes());
     put_ints(key, t.strides());
-    return put_host_values(key, t);
+    return put_host_values(key, values_, t);
   }
   // (a generator's draws do not change shapes)
   if (v.isNone() || v.isGenerator()) return put(key, 'N'), true;
