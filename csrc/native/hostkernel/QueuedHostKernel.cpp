@@ -47,8 +47,8 @@ int64_t queue_min_elements() {
   return value;
 }
 
-// Sparse tensors have no Meta kernels to plan with; complex ones are not
-// queued either (their CPU kernels resolve conjugation with further ops).
+// Strided tensors of floating, bool and integer dtypes (sparse ones have no
+// Meta kernels to plan with).
 bool queueable_dtype(const at::Tensor& t) {
   if (!t.defined()) return true;
   if (t.layout() != c10::kStrided) return false;
