@@ -19,6 +19,9 @@ import my_device  # noqa: F401
 from conftest import delayed
 
 D = "mydev"
+# How long the worker waits before each task: long enough that nothing launched in a check runs
+# before the check ends, short enough to keep the file quick.
+HOLD_US = 30_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,7 +83,7 @@ def check_raises_at_call_like_cpu(make, valid, bad, rounds=2):
     torch.mydev.synchronize()
     s = stream()
     for _ in range(rounds):                    # (a second round: answered from any cache)
-        with delayed(s):
+        with delayed(s, us=HOLD_US):
             valid(*make(D))
             args = make(D)
             hold_busy(s)
@@ -102,7 +105,7 @@ def check_warns_at_call_like_cpu(make, valid, bad, rounds=3, as_often=True):
     torch.mydev.synchronize()
     s = stream()
     for i in range(rounds):
-        with delayed(s):
+        with delayed(s, us=HOLD_US):
             valid(*make(D))
             args = make(D)
             hold_busy(s)
@@ -127,7 +130,7 @@ def check_results_like_cpu(fn, rounds=2):
     want = fn("cpu")
     s = stream()
     for _ in range(rounds):
-        with delayed(s):
+        with delayed(s, us=HOLD_US):
             got = fn(D)
         assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
         assert got.stride() == want.stride(), (got.stride(), want.stride())
@@ -259,7 +262,7 @@ def test_a_put_queued_before_deterministic_mode_is_turned_on_runs_as_launched():
     torch.mydev.synchronize()
     s = stream()
     for _ in range(2):
-        with delayed(s):
+        with delayed(s, us=HOLD_US):
             x.put_(i, v)                        # launched without the setting: no alert
             assert not s.query()
             torch.use_deterministic_algorithms(True)
@@ -279,7 +282,7 @@ def test_an_out_on_the_cpu_raises_at_the_call():
     torch.add(a, b, out=torch.empty(3, device=D))          # a valid call first
     s = stream()
     for _ in range(2):
-        with delayed(s):
+        with delayed(s, us=HOLD_US):
             torch.add(a, b, out=torch.empty(3, device=D))
             hold_busy(s)
             with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
@@ -296,7 +299,7 @@ def test_an_inplace_op_on_a_cpu_tensor_with_a_device_operand_raises_at_the_call(
     torch.zeros((), device=D).atan2_(torch.ones((), device="cpu"))    # valid: a CPU scalar operand
     s = stream()
     for _ in range(2):
-        with delayed(s):
+        with delayed(s, us=HOLD_US):
             torch.zeros((), device=D).atan2_(one)
             hold_busy(s)
             cpu_self = torch.zeros(())
@@ -390,7 +393,7 @@ def test_a_data_error_is_reported_at_the_next_synchronisation(name, valid, bad, 
     valid(x)
     torch.mydev.synchronize()
     s = stream()
-    with delayed(s):
+    with delayed(s, us=HOLD_US):
         valid(x)
         bad(x)                                              # not known at the call
         assert not s.query()
@@ -409,7 +412,7 @@ def test_a_second_data_error_is_reported_at_the_next_synchronisation_too():
     F.nll_loss(x, torch.tensor([0, 1], device=D))
     torch.mydev.synchronize()
     s = stream()
-    with delayed(s):
+    with delayed(s, us=HOLD_US):
         F.nll_loss(x, torch.tensor([0, 7], device=D))
         F.nll_loss(x, torch.tensor([9, 0], device=D))
         assert not s.query()

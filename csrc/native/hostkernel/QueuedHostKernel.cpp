@@ -387,6 +387,9 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   if (cacheable) add_overlaps(key, plan, args);
   clock.mark(breakdown::kKey);
 
+  // Before anything can draw from the device's generator, the inline run included.
+  const bool quiet = arguments_pass_on_empty_cpu(op, plan, args, key);
+
   std::shared_ptr<const Signature> signature = answer_for(op, plan, args, key, cacheable);
   clock.mark(breakdown::kMeta);
   if (!signature || !signature->answer) return false;
@@ -398,9 +401,7 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
     tls_unconfirmed = std::move(signature);
     return false;
   }
-  // (Only for a confirmed signature, whose key no Python Meta kernel ran since
-  // it was built; an unconfirmed one runs the CPU kernel at the call anyway.)
-  if (!arguments_pass_on_empty_cpu(op, plan, args, key)) return false;
+  if (!quiet) return false;  // it warned: at the call, where the CPU kernel warns once
 
   // What the caller gets back.
   std::vector<at::Tensor> outputs;
