@@ -52,6 +52,7 @@ import fnmatch
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -182,13 +183,19 @@ def _env(device, **extra):
     return env
 
 
+def _no_core_files():
+    # A crashing test's core file (a torch process: hundreds of MB) is nothing the report uses, and
+    # writing it loads the machine for seconds after its batch has ended.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def _pytest(args, cwd, env, timeout):
     """(exit code or "timeout", output). The process gets a session of its own, so a timeout
     kills whatever it started too."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "my_device.conformance.plugin", "-p", "no:cacheprovider",
            "--rootdir", cwd, "--no-header", "-rN", *args]
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", start_new_session=True)
+                            errors="replace", start_new_session=True, preexec_fn=_no_core_files)
     try:
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode, out
