@@ -58,6 +58,10 @@ from . import _fake_conv_layout  # noqa: E402
 
 _fake_conv_layout.install()
 
+from . import _data_parallel  # noqa: E402
+
+_data_parallel.install()
+
 from . import _exit  # noqa: E402
 
 _exit.install()

@@ -16,8 +16,8 @@ Importing this module patches torch for the rest of the process (there is no und
   (`torch.is_autocast_enabled()`, `torch.get_autocast_dtype("cuda")`, ...);
 - `Tensor.cuda()` / `Module.cuda()` move to mydev, and `Tensor.is_cuda` is true for mydev tensors;
 - `torch.cuda.<name>` is `torch.mydev.<name>` for every name both modules have (devices, streams,
-  events, memory statistics, random state, synchronisation...), `torch.cuda.amp` is `torch.mydev.amp`,
-  and `torch.cuda.is_bf16_supported()` answers for mydev;
+  events, memory statistics, random state, synchronisation, `is_bf16_supported`...), and
+  `torch.cuda.amp` is `torch.mydev.amp`;
 - TorchScript code from `torch.jit.script`, `torch.jit.trace` and `torch.jit.load` that names CUDA
   (`x.to("cuda")`, `torch.device("cuda", 1)`, `device="cuda:0"`, `x.cuda()`, `x.is_cuda`) runs on mydev: its
   graphs are rewritten as those functions return them.
@@ -263,8 +263,6 @@ def _patch_torch_cuda():
             target = _stream_type()
         setattr(torch.cuda, name, target)
         _redirected[f"torch.cuda.{name}"] = f"torch.mydev.{name}"
-    torch.cuda.is_bf16_supported = lambda including_emulation=True: torch.bfloat16 in mydev.get_amp_supported_dtype()
-    _redirected["torch.cuda.is_bf16_supported"] = "true: mydev supports bfloat16"
     # The module object stays the one `from torch.cuda.amp import X` finds in sys.modules.
     for name in torch.mydev.amp.__all__:
         setattr(torch.cuda.amp, name, getattr(torch.mydev.amp, name))
@@ -321,6 +319,97 @@ def _patch_amp():
         functools.update_wrapper(wrapper, original)
         setattr(torch.amp, name, wrapper)
         _redirected[f"torch.amp.{name}"] = "device_type 'cuda' -> 'mydev'"
+
+
+def _backend(value):
+    """A c10d backend string with NCCL swapped for mccl: "nccl" -> "mccl", "cuda:nccl" -> "mydev:mccl",
+    "cpu:gloo,cuda:nccl" -> "cpu:gloo,mydev:mccl"; anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    parts = []
+    for part in value.split(","):
+        device, colon, name = part.strip().rpartition(":")
+        if name.lower() == "nccl" and (not colon or device.lower() == "cuda"):
+            part = "mydev:mccl" if colon else "mccl"
+        parts.append(part)
+    return ",".join(parts)
+
+
+def _patch_distributed():
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    c10d = dist.distributed_c10d
+
+    def redirect(fn, name):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            bound = signature.bind_partial(*args, **kwargs)
+            if "backend" in bound.arguments:
+                bound.arguments["backend"] = _backend(bound.arguments["backend"])
+            if "device_id" in bound.arguments:
+                bound.arguments["device_id"] = _device(bound.arguments["device_id"])
+            return fn(*bound.args, **bound.kwargs)
+
+        _redirected[name] = "backend 'nccl' -> 'mccl', 'cuda:nccl' -> 'mydev:mccl'; device_id 'cuda' -> 'mydev'"
+        return wrapper
+
+    # Both names: scripts call dist.init_process_group, torch's own code c10d's.
+    for name in ("init_process_group", "new_group", "new_subgroups", "new_subgroups_by_enumeration"):
+        wrapper = redirect(getattr(c10d, name), f"torch.distributed.{name}")
+        setattr(c10d, name, wrapper)
+        setattr(dist, name, wrapper)
+    # Code that picks NCCL when it is available picks it, and so mccl.
+    dist.is_nccl_available = lambda: True
+    _redirected["torch.distributed.is_nccl_available"] = "true: 'nccl' is mccl"
+    # FSDP2 and tensor-parallel scripts build their mesh with init_device_mesh("cuda", ...).
+    import torch.distributed.device_mesh as device_mesh
+
+    if hasattr(device_mesh, "init_device_mesh"):
+        wrapper = _redirect_devices(device_mesh.init_device_mesh, "torch.distributed.device_mesh.init_device_mesh")
+        device_mesh.init_device_mesh = wrapper
+
+
+def _patch_profiler():
+    import torch.autograd.profiler
+    import torch.profiler
+
+    activity = torch.profiler.ProfilerActivity
+    profile = torch.profiler.profile
+    original_init = profile.__init__
+
+    @functools.wraps(original_init)
+    def profile_init(self, *args, **kwargs):
+        if args:
+            args = (_activities(args[0]),) + args[1:]
+        if "activities" in kwargs:
+            kwargs["activities"] = _activities(kwargs["activities"])
+        original_init(self, *args, **kwargs)
+
+    def _activities(activities):
+        if activities is None:
+            return None
+        return [activity.PrivateUse1 if a == activity.CUDA else a for a in activities]
+
+    profile.__init__ = profile_init
+    _redirected["torch.profiler.profile"] = "ProfilerActivity.CUDA -> ProfilerActivity.PrivateUse1"
+
+    legacy = torch.autograd.profiler.profile
+    original_legacy_init = legacy.__init__
+
+    @functools.wraps(original_legacy_init)
+    def legacy_init(self, *args, **kwargs):
+        if kwargs.pop("use_cuda", False):
+            kwargs["use_device"] = "mydev"
+        if kwargs.get("use_device") == "cuda":
+            kwargs["use_device"] = "mydev"
+        original_legacy_init(self, *args, **kwargs)
+
+    legacy.__init__ = legacy_init
+    _redirected["torch.autograd.profiler.profile"] = "use_cuda=True, use_device='cuda' -> use_device='mydev'"
 
 
 def _restore_location(storage, location):
@@ -560,6 +649,8 @@ def _install():
     _patch_load()
     _patch_data_loader()
     _patch_torchscript()
+    _patch_distributed()
+    _patch_profiler()
 
 
 _install()

@@ -21,7 +21,12 @@ import torch.nn as nn
 
 import my_device
 
-DEV = "mydev"
+# MCCL_TEST_CUDA_SCRIPT=1: the worker is a CUDA script run under transfer_to_mydev ("cuda" devices,
+# torch.cuda.set_device, and the backend it names, "nccl").
+CUDA_SCRIPT = os.environ.get("MCCL_TEST_CUDA_SCRIPT") == "1"
+if CUDA_SCRIPT:
+    import my_device.transfer_to_mydev  # noqa: F401
+DEV = "cuda" if CUDA_SCRIPT else "mydev"
 DTYPES = [torch.float32, torch.bfloat16, torch.int64]
 HUNG_SECONDS = 8  # dying suite: how long rank 1 sleeps before it dies
 
@@ -587,7 +592,7 @@ def main():
     suite, out_dir = sys.argv[1], sys.argv[2]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    torch.mydev.set_device(local_rank)
+    (torch.cuda if CUDA_SCRIPT else torch.mydev).set_device(local_rank)
     backend = os.environ.get("MCCL_TEST_BACKEND", "cpu:gloo,mydev:mccl") or None  # "": the default
     dist.init_process_group(backend, timeout=timedelta(seconds=float(os.environ.get("MCCL_TEST_TIMEOUT", "30"))))
     checks = Checks(os.path.join(out_dir, f"{suite}-rank{rank}.json"))

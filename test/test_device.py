@@ -299,7 +299,7 @@ def test_training_sparse_and_conformance_subset_hold_in_strict_mode():
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, MYDEV_STRICT="1")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
-                        "not test_noncontiguous and not test_out and not test_variant",
+                        "not test_noncontiguous and not test_out and not test_variant and not test_no_copying",
                         os.path.join(here, "test_training.py"), os.path.join(here, "test_sparse.py"),
                         os.path.join(here, "test_conformance.py")],
                        env=env, capture_output=True, text=True, timeout=900)
@@ -374,20 +374,31 @@ def test_exit_after_a_backward_on_mydev():
     # A script whose last statement is a backward on mydev: autograd's device
     # thread may still hold that backward's GraphTask when the interpreter
     # finalises (my_device/_exit.py). It is a race, likelier on busy cores, so
-    # three run at a time: without the exit hook about 1 run in 8 aborted with
-    # "terminate called without an active exception".
+    # three exit at a time. Each is a fork of one process that imported torch
+    # (which starts no device thread), so a run costs a backward and an exit,
+    # not an import of torch; each child then finalises its interpreter as a
+    # script would. The test below checks the hook's guarantee directly.
     code = textwrap.dedent("""
+        import os, sys
         import torch, my_device
-        x = torch.randn(4, 5).to("mydev").requires_grad_()
-        w = torch.randn(5, 3).to("mydev").requires_grad_()
-        torch.nn.functional.gelu(x @ w).pow(2).sum().backward()
+        failed = 0
+        for _ in range(4):
+            children = []
+            for _ in range(3):
+                pid = os.fork()
+                if pid == 0:
+                    x = torch.randn(4, 5).to("mydev").requires_grad_()
+                    w = torch.randn(5, 3).to("mydev").requires_grad_()
+                    torch.nn.functional.gelu(x @ w).pow(2).sum().backward()
+                    sys.exit(0)
+                children.append(pid)
+            for pid in children:
+                failed += os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
+        print("failed", failed)
     """)
-    for _ in range(8):
-        runs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for _ in range(3)]
-        for run in runs:
-            _, err = run.communicate(timeout=120)
-            assert run.returncode == 0 and "terminate" not in err, (run.returncode, err[-2000:])
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "failed 0" in run.stdout and "terminate" not in run.stderr, (
+        run.returncode, run.stdout[-500:], run.stderr[-2000:])
 
 
 def test_exit_hook_leaves_no_python_object_with_the_device_threads(monkeypatch):

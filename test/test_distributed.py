@@ -176,9 +176,13 @@ def test_silent_then_dead_rank_fails_the_others_clearly_within_the_timeout(tmp_p
         assert results[0][check]["ok"], results[0][check]["detail"]
 
 
-def test_torchrun_ddp_with_default_backend(tmp_path):
+@pytest.mark.parametrize("script", ["mydev", "cuda"])
+def test_torchrun_ddp_with_default_backend(tmp_path, script):
+    # "mydev": init_process_group() with no backend takes mccl. "cuda": a CUDA script under
+    # transfer_to_mydev ("cuda" devices, init_process_group("nccl"), init_device_mesh("cuda")) runs unchanged.
     port = free_port()
-    env = worker_env(MCCL_TEST_BACKEND="")
+    env = worker_env(MCCL_TEST_BACKEND="" if script == "mydev" else "nccl",
+                     MCCL_TEST_CUDA_SCRIPT="1" if script == "cuda" else "0")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD), "--master-addr",
          "127.0.0.1", "--master-port", str(port), WORKER, "torchrun", str(tmp_path)],
@@ -186,7 +190,7 @@ def test_torchrun_ddp_with_default_backend(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     for rank in range(WORLD):
         results = json.loads((tmp_path / f"torchrun-rank{rank}.json").read_text())
-        assert results["_backend"]["detail"] == "mydev:mccl"  # init_process_group() with no backend
+        assert results["_backend"]["detail"] == "mydev:mccl"
         for check in ("ddp", "fsdp2", "dtensor"):
             assert results[check]["ok"], f"rank {rank}: {check}:\n{results[check]['detail']}"
 

@@ -141,8 +141,12 @@ def test_oom_message_and_fraction(python_subprocess):
     r = python_subprocess("""
         import torch, my_device
         MiB = 1 << 20
+        assert torch.mydev.get_per_process_memory_fraction() == 1.0
         torch.mydev.set_per_process_memory_fraction(0.5)          # 16 MiB of 32
+        assert torch.mydev.get_per_process_memory_fraction() == 0.5
+        assert torch.mydev.get_per_process_memory_fraction(1) == 1.0
         keep = torch.ones(4 * MiB, dtype=torch.uint8, device="mydev")
+        assert torch.mydev.device_memory_used() >= 4 * MiB
         try:
             torch.empty(14 * MiB, dtype=torch.uint8, device="mydev")
         except torch.OutOfMemoryError as e:

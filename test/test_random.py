@@ -78,3 +78,29 @@ def test_random_ops_reproducible():
         b = op(torch.Generator(device="mydev").manual_seed(4))
         assert a.device.type == "mydev"
         torch.testing.assert_close(a.cpu(), b.cpu(), rtol=0, atol=0)
+
+
+def test_first_random_ops_and_inits_import_no_compiler_module(python_subprocess):
+    # A new signature's first run gives its answer; no Meta kernel is asked.
+    # Most of torch's Meta kernels are Python references whose first run
+    # imports torch._dynamo and sympy (seconds, where the CPU op takes 0.3 ms).
+    r = python_subprocess("""
+        import sys
+        import torch
+        from torch import nn
+        d = "mydev"
+        torch.randn(3, device=d); torch.rand(3, device=d); torch.randint(0, 5, (3,), device=d)
+        torch.randperm(5, device=d); torch.multinomial(torch.ones(4, device=d), 2)
+        torch.normal(torch.zeros(3, device=d), 1.0); torch.bernoulli(torch.full((3,), 0.5, device=d))
+        nn.functional.dropout(torch.ones(8, device=d), 0.5)
+        for init in (nn.init.normal_, nn.init.uniform_, nn.init.trunc_normal_, nn.init.xavier_normal_,
+                     nn.init.kaiming_uniform_, nn.init.orthogonal_):
+            init(torch.empty(3, 3, device=d))
+        for fill in ("exponential_", "geometric_", "cauchy_", "log_normal_", "random_"):
+            getattr(torch.empty(3, device=d), fill)(*((0.5,) if fill == "geometric_" else ()))
+        nn.Linear(4, 4, device=d)(torch.ones(2, 4, device=d)).sum().backward()
+        torch.mydev.synchronize()
+        print(sorted(m for m in ("torch._dynamo", "sympy") if m in sys.modules))
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout

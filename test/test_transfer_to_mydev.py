@@ -154,6 +154,35 @@ facts["scaler"] = GradScaler()._device + "," + torch.amp.GradScaler()._device + 
 loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(8.0)), batch_size=4,
                                      pin_memory=True, pin_memory_device="cuda")
 facts["loader_pinned"] = all(b[0].is_pinned() for b in loader)
+import warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("error")  # CUDA's autocast takes float32 without a word
+    with torch.autocast("cuda", dtype=torch.float32):
+        facts["autocast_float32"] = [torch.is_autocast_enabled("cuda"),
+                                     str((torch.ones(2, 2, device="cuda").half() @ torch.ones(2, 2, device="cuda").half()).dtype)]
+facts["cuda_names"] = [torch.cuda.is_current_stream_capturing(), torch.cuda.OutOfMemoryError is torch.OutOfMemoryError,
+                       torch.cuda.get_per_process_memory_fraction(), torch.cuda.can_device_access_peer(0, 1),
+                       torch.cuda.memory_stats_as_nested_dict("cuda:1")["allocated_bytes"]["all"]["current"]
+                       == torch.mydev.memory_allocated(1)]
+from torch.profiler import ProfilerActivity, profile
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    (torch.ones(64, 64, device="cuda") @ torch.ones(64, 64, device="cuda")).sum().item()
+facts["profiled_device_time"] = sum(e.self_device_time_total for e in prof.key_averages() if e.key == "aten::mm") > 0
+with torch.autograd.profiler.profile(use_cuda=True) as legacy:
+    (torch.ones(64, 64, device="cuda") @ torch.ones(64, 64, device="cuda")).sum().item()
+facts["legacy_profiled_device_time"] = sum(e.self_device_time_total for e in legacy.key_averages()
+                                           if e.key == "aten::mm") > 0
+import torch.distributed as dist
+facts["nccl_available"] = dist.is_nccl_available()
+store = dist.HashStore()
+dist.init_process_group("cpu:gloo,cuda:nccl", store=store, rank=0, world_size=1)
+facts["backend"] = str(dist.get_backend_config())
+group = dist.new_group(backend="nccl")
+facts["new_group"] = dist.get_backend(group)
+x = torch.ones(3, device="cuda")
+dist.all_reduce(x, group=group)
+facts["all_reduce"] = x.tolist()
+dist.destroy_process_group()
 torch.cuda.empty_cache()
 facts["redirections"] = sorted(t.redirections())
 facts["not_redirected"] = t.not_redirected()
@@ -182,6 +211,11 @@ def test_each_redirection(python_subprocess):
     assert f["scaler"] == "mydev,mydev,mydev"
     assert f["autocast_state"] == [True, True, "torch.float16", False] and f["autocast_state_after"] is False
     assert f["to_empty"] == "mydev:1" and f["default_device"] == "mydev:1"
+    assert f["autocast_float32"] == [True, "torch.float32"]
+    assert f["cuda_names"] == [False, True, 1.0, True, True]
+    assert f["profiled_device_time"] is True and f["legacy_profiled_device_time"] is True
+    assert f["nccl_available"] is True and f["backend"] == "cpu:gloo,mydev:mccl" and f["new_group"] == "mccl"
+    assert f["all_reduce"] == [1.0, 1.0, 1.0]
     assert "torch.cuda.synchronize" in f["redirections"] and "torch.cuda.memory_allocated" in f["redirections"]
     # CUDA-only APIs are left alone (documented in the README).
     assert "torch.cuda.graph" in f["not_redirected"] and "torch.cuda.nvtx" in f["not_redirected"]

@@ -164,7 +164,39 @@ def get_device_capability(device: _DeviceLike = None):
 
 
 def get_amp_supported_dtype():
-    return [torch.float16, torch.bfloat16]
+    # float32 and float64 too: CUDA's autocast takes any floating dtype, and autocast asks a
+    # PrivateUse1 device this list instead (it warns and disables itself for a dtype not in it).
+    return [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """True: mydev computes bfloat16 natively (as the CPU does)."""
+    return True
+
+
+def is_tf32_supported() -> bool:
+    """False: mydev computes float32 matrix products in float32."""
+    return False
+
+
+def can_device_access_peer(device: _DeviceLike, peer_device: _DeviceLike) -> bool:
+    """Whether `device` can read `peer_device`'s memory directly: every mydev device can (copies
+    between them need no host staging)."""
+    index, peer = _get_device_index(device, optional=True), _get_device_index(peer_device, optional=True)
+    count = device_count()
+    if not (0 <= index < count and 0 <= peer < count):
+        raise AssertionError("Invalid peer device id" if 0 <= index < count else "Invalid device id")
+    return True
+
+
+def is_current_stream_capturing() -> bool:
+    """Whether the current stream is capturing a graph: never, as mydev has no graph capture."""
+    return False
+
+
+# The error types torch.cuda exports, which are torch's own.
+OutOfMemoryError = torch.OutOfMemoryError
+AcceleratorError = torch.AcceleratorError
 
 
 from .memory import *  # noqa: E402,F401,F403

@@ -12,8 +12,9 @@ from .. import _C
 __all__ = [
     "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "reset_accumulated_memory_stats", "memory_summary", "empty_cache",
-    "mem_get_info", "set_per_process_memory_fraction", "memory_snapshot", "caching_allocator_alloc",
-    "caching_allocator_delete",
+    "mem_get_info", "set_per_process_memory_fraction", "get_per_process_memory_fraction", "memory_snapshot",
+    "caching_allocator_alloc", "caching_allocator_delete", "memory_stats_as_nested_dict", "device_memory_used",
+    "reset_max_memory_allocated", "memory_cached", "max_memory_cached", "reset_max_memory_cached",
 ]
 
 
@@ -28,6 +29,18 @@ def memory_stats(device=None) -> Dict[str, Any]:
     """The allocator's statistics for a device, keyed as torch.cuda.memory_stats():
     "<stat>.<all|small_pool|large_pool>.<current|peak|allocated|freed>" plus counters."""
     return collections.OrderedDict(sorted(_C._memory_stats(_index(device)).items()))
+
+
+def memory_stats_as_nested_dict(device=None) -> Dict[str, Any]:
+    """memory_stats() as nested dicts: {"allocated_bytes": {"all": {"current": ...}}}."""
+    nested: Dict[str, Any] = {}
+    for key, value in _C._memory_stats(_index(device)).items():
+        *path, leaf = key.split(".")
+        level = nested
+        for part in path:
+            level = level.setdefault(part, {})
+        level[leaf] = value
+    return nested
 
 
 def memory_allocated(device=None) -> int:
@@ -51,6 +64,26 @@ def max_memory_reserved(device=None) -> int:
 
 def reset_peak_memory_stats(device=None) -> None:
     _C._reset_peak_memory_stats(_index(device))
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    """Deprecated in torch.cuda for reset_peak_memory_stats, which it calls, as here."""
+    reset_peak_memory_stats(device)
+
+
+def memory_cached(device=None) -> int:
+    """Deprecated in torch.cuda: memory_reserved."""
+    return memory_reserved(device)
+
+
+def max_memory_cached(device=None) -> int:
+    """Deprecated in torch.cuda: max_memory_reserved."""
+    return max_memory_reserved(device)
+
+
+def reset_max_memory_cached(device=None) -> None:
+    """Deprecated in torch.cuda for reset_peak_memory_stats, which it calls, as here."""
+    reset_peak_memory_stats(device)
 
 
 def reset_accumulated_memory_stats(device=None) -> None:
@@ -92,7 +125,24 @@ def set_per_process_memory_fraction(fraction: float, device=None) -> None:
     Allocating beyond it raises torch.OutOfMemoryError, as on CUDA."""
     if not isinstance(fraction, float):
         raise TypeError("Invalid type for fraction argument, must be `float`")
-    _C._set_memory_fraction(fraction, _index(device))
+    index = _index(device)
+    _C._set_memory_fraction(fraction, index)
+    _fractions[index] = fraction
+
+
+# What set_per_process_memory_fraction set, per device (the allocator keeps only the cap it implies).
+_fractions: Dict[int, float] = {}
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    """The fraction set_per_process_memory_fraction set for the device; 1.0 if none was set."""
+    return _fractions.get(_index(device), 1.0)
+
+
+def device_memory_used(device=None) -> int:
+    """Bytes in use on the device, by every process, as the runtime reports them (total - free)."""
+    free, total = mem_get_info(device)
+    return total - free
 
 
 def _fmt(n: int) -> str:

@@ -1,12 +1,13 @@
 #pragma once
-// The Meta kernel's answers, cached by call signature.
+// The answers for call signatures: each output's geometry and dtype.
 //
 // A queued host kernel allocates its outputs before its CPU kernel runs, so
-// their shapes come from the op's Meta kernel. Most of torch 2.13's Meta
-// kernels are Python functions (torch/_meta_registrations.py) costing 10-550 us
-// a call, more than the kernels they plan; but their answer depends only on
-// the arguments' dtypes, geometries and non-tensor values, so a training loop,
-// which repeats the same calls, asks each signature once.
+// their shapes must be known at the call. The first call of a signature runs
+// at the call, and its outputs are the answer for every later call of it (see
+// signature_for in QueuedHostKernel.cpp): a training loop, which repeats the
+// same calls, runs each signature at the call once. Kernels of their own that
+// allocate outputs before queueing (convolution) ask the op's Meta kernel
+// instead (meta_outputs), its answers cached the same way.
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
@@ -70,13 +71,13 @@ class CallKey {
 };
 
 // The answer for a signature: the outputs' specs, or nullopt for a call that
-// stays at the call (an output the Meta kernel left undefined, or one the CPU
-// kernel would shape differently: see fix_specs).
+// stays at the call (an output left undefined, or one a queued call could not
+// hand out: see answer_from_run).
 using Answer = std::optional<Specs>;
 
-// A signature's entry: the Meta kernel's answer, and whether the CPU kernel
-// has run a call of this exact signature at the call, without an error or a
-// warning, and agreed with that answer. The CPU kernel's checks of anything
+// A signature's entry: its answer, and whether the CPU kernel has run a call
+// of this exact signature at the call, without an error or a warning (and, for
+// an in-place op, left self's geometry as it was). The CPU kernel's checks of anything
 // but the data are a function of the signature, so only then may such calls be
 // queued: every check a queued kernel could still fail on the worker is one
 // that depends on the data (an index out of range), which CUDA defers too.

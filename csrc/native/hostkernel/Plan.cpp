@@ -2,7 +2,7 @@
 // schema and name on the op's first call.
 #include "Plan.h"
 
-#include <ATen/ops/empty.h>
+#include <ATen/core/enum_tag.h>
 
 #include <algorithm>
 #include <memory>
@@ -27,29 +27,23 @@ bool checks_lapack_info(const std::string& name) {
   return name == "aten::cholesky" || name == "aten::cholesky_inverse" || name == "aten::_cholesky_solve_helper";
 }
 
-// Every op with a Meta kernel may be queued, except those below (may_queue);
-// a call is queued only once a call of its exact signature ran at the call
-// (Signature, MetaCache.h). That includes indexing, gathers and scatters and
-// the class-target losses, whose CPU kernels reject an index out of range:
-// as a GPU's device-side assert, that error is reported at the next
-// synchronisation, naming the op (and the device stays usable). Run at the
-// call instead, they made the host wait for the stream on every call (twice a
-// training step, for the loss), where CUDA does not.
+// Every op with a Meta kernel may be queued, except those below (may_queue)
+// and those whose output shapes depend on the data (shape_from_data); a call
+// is queued only once a call of its exact signature ran at the call
+// (Signature, MetaCache.h), and its outputs are shaped as that run's were.
+// That includes indexing, gathers and scatters and the class-target losses,
+// whose CPU kernels reject an index out of range: as a GPU's device-side
+// assert, that error is reported at the next synchronisation, naming the op
+// (and the device stays usable). Run at the call instead, they made the host
+// wait for the stream on every call (twice a training step, for the loss),
+// where CUDA does not.
 //
-// An op with a Meta kernel has output shapes that follow from its arguments'
-// shapes and values: the Meta kernels of ops whose shapes depend on the data (nonzero, masked_select, unique, boolean indexing,
-// repeat_interleave without output_size) raise, which keeps those at the call,
-// where CUDA synchronises too.
-//
-// A few Meta kernels disagree with their CPU kernels in ways a first run at
-// the call cannot show (confirm_signature catches the others), so
-// those ops stay at the call too (found by the conformance sweep):
-//  - masked_scatter_: Meta accepts a mask that does not broadcast to self,
-//    which the CPU kernel rejects;
-//  - _embedding_bag*: Meta sizes offset2bag and bag_size differently from the
-//    CPU kernel, depending on the mode;
-//  - triangular_solve, ormqr: their out= kernels lay a resized output out
-//    column-major, where Meta makes it row-major.
+// Some ops stay at the call because the conformance sweep found them wrong
+// queued when answers came from Meta kernels: masked_scatter_ (Meta accepted
+// a mask that does not broadcast), _embedding_bag* (offset2bag and bag_size
+// sized unlike the CPU's), triangular_solve and ormqr (out= outputs laid out
+// column-major). Answers now come from the CPU's own run, which may have made
+// them safe; they stay here until a sweep shows it.
 bool may_queue(const std::string& base) {
   static const std::unordered_set<std::string> meta_disagrees = {
       "aten::masked_scatter", "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
@@ -157,12 +151,25 @@ std::optional<c10::OperatorHandle> find_out_overload(const c10::FunctionSchema& 
   return std::nullopt;
 }
 
-SpecFix spec_fix(const std::string& name) {
-  if (name == "aten::native_group_norm" || name == "aten::native_group_norm_backward") return SpecFix::GroupNorm;
-  if (name == "aten::multilabel_margin_loss_forward") return SpecFix::MultilabelMarginLoss;
-  if (name == "aten::native_layer_norm") return SpecFix::LayerNorm;
-  if (name == "aten::native_batch_norm") return SpecFix::BatchNorm;
-  return SpecFix::None;
+// Ops whose output shapes may depend on the data (nonzero, masked_select,
+// unique, boolean indexing, repeat_interleave without output_size), or whose
+// results are read from it (item, equal), as PyTorch tags them for FakeTensor.
+// A tag on any overload counts for all of the name's (index.Tensor is tagged,
+// index.Tensor_out is not).
+bool shape_from_data(const std::string& name) {
+  static const std::unordered_set<std::string> names = [] {
+    std::unordered_set<std::string> tagged;
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const auto& op_name : dispatcher.getAllOpNames()) {
+      auto handle = dispatcher.findOp(op_name);
+      if (handle && handle->hasSchema() &&
+          (handle->hasTag(at::Tag::dynamic_output_shape) || handle->hasTag(at::Tag::data_dependent_output))) {
+        tagged.insert(op_name.name);
+      }
+    }
+    return tagged;
+  }();
+  return names.count(name) > 0;
 }
 
 // Decides plan.kind; the other fields are filled in by make_plan.
@@ -228,8 +235,7 @@ std::unique_ptr<Plan> make_plan(const c10::OperatorHandle& op) {
   plan->integer_values_checked = integer_values_checked(schema.name());
   plan->scalar_checks = has_scalar_checks(schema) || (plan->kind == Kind::InPlace && plan->has_generator);
   plan->exact_key = schema.name() == "aten::arange";
-  plan->fix = spec_fix(schema.name());
-  if (plan->fix == SpecFix::BatchNorm) plan->batch_norm_training = *schema.argumentIndexWithName("training");
+  plan->shape_from_data = shape_from_data(schema.name());
   return plan;
 }
 
@@ -273,73 +279,6 @@ const Plan& plan_for(const c10::OperatorHandle& op) {
   if (it == plans.end()) it = plans.emplace(key, make_plan(op)).first;
   seen.emplace(key, it->second.get());
   return *it->second;
-}
-
-// Corrects the Meta kernel's answer where it differs from the CPU kernel's;
-// false if the call must run at the call.
-//  - native_group_norm and its backward: the CPU kernels reject an input not
-//    contiguous in its suggested memory format, which Meta does not check.
-//  - native_layer_norm: the CPU gives a half or bfloat16 input statistics of
-//    its own dtype, Meta float ones.
-//  - native_batch_norm: its output's layout (see below); in eval mode the CPU
-//    returns empty save_mean and save_invstd; the statistics are float only for a half or bfloat16 input
-//    with float parameters (Meta makes them float for any half input); and
-//    parameters of another dtype than the input are otherwise an error of the
-//    CPU kernel (Meta promotes them).
-bool fix_specs(const Plan& plan, const c10::IValue* args, Specs& specs) {
-  if (plan.fix == SpecFix::GroupNorm) {
-    for (size_t i = 0; i < plan.args.size(); ++i) {
-      const c10::IValue& v = args[i];
-      if (v.isTensor() && v.toTensor().defined() &&
-          !v.toTensor().is_contiguous(v.toTensor().suggest_memory_format())) {
-        return false;
-      }
-    }
-    return true;
-  }
-  if (plan.fix == SpecFix::MultilabelMarginLoss) {
-    // With reduction='none', the CPU gives a 1-d input a 0-d loss, the Meta kernel a [1] one.
-    if (args[0].toTensor().dim() <= 1) {
-      specs[0].sizes.clear();
-      specs[0].strides.clear();
-    }
-    return true;
-  }
-  if (plan.fix == SpecFix::LayerNorm) {
-    for (size_t k = 1; k <= 2; ++k) specs[k].dtype = args[0].toTensor().scalar_type();
-    return true;
-  }
-  if (plan.fix != SpecFix::BatchNorm) return true;
-  const at::ScalarType input = args[0].toTensor().scalar_type();
-  const bool reduced = input == at::kHalf || input == at::kBFloat16;
-  bool float_params = false;
-  for (size_t i = 1; i <= 4; ++i) {
-    if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
-    const at::ScalarType p = args[i].toTensor().scalar_type();
-    if (p == input) continue;
-    if (!(reduced && p == at::kFloat)) return false;
-    float_params = true;
-  }
-  if (float_params) {
-    for (size_t i = 1; i <= 4; ++i) {
-      if (args[i].isTensor() && args[i].toTensor().defined() && args[i].toTensor().scalar_type() != at::kFloat) {
-        return false;  // a mix of half and float parameters
-      }
-    }
-  }
-  // The CPU lays its output out in the input's suggested memory format (a
-  // transposed input gives a contiguous output); Meta keeps the input's strides.
-  const at::MemoryFormat format = args[0].toTensor().suggest_memory_format();
-  specs[0].strides = at::empty(specs[0].sizes, at::TensorOptions(at::kMeta).memory_format(format)).strides().vec();
-  const bool training = args[plan.batch_norm_training].toBool();
-  for (size_t k = 1; k <= 2; ++k) {
-    specs[k].dtype = float_params ? at::kFloat : input;
-    if (!training) {
-      specs[k].sizes = {0};
-      specs[k].strides = {1};
-    }
-  }
-  return true;
 }
 
 } // namespace my_device

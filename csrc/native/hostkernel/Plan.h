@@ -40,9 +40,6 @@ namespace my_device {
 // its composite kernel would launch one per tensor.
 enum class Kind { Inline, Functional, FunctionalCopy, InPlace, Out, InPlaceList };
 
-// Where the Meta kernel's answer differs from the CPU kernel's (fix_specs).
-enum class SpecFix { None, GroupNorm, MultilabelMarginLoss, LayerNorm, BatchNorm };
-
 // Facts about one argument of the schema.
 struct ArgFacts {
   bool written = false;    // an out= or in-place target
@@ -62,10 +59,12 @@ struct Plan {
   // (check_arguments_on_empty_cpu): such calls are checked once per exact set of values.
   bool scalar_checks = false;
   bool has_generator = false;
+  // The op's output shapes may depend on the data (Plan.cpp's shape_from_data):
+  // a signature is queued only if the Meta kernel can shape it without the
+  // data (index.Tensor with integer indices, not with a mask).
+  bool shape_from_data = false;
   // Floating arguments shape the outputs (arange): the Meta cache keys on their exact values.
   bool exact_key = false;
-  SpecFix fix = SpecFix::None;
-  size_t batch_norm_training = 0;  // SpecFix::BatchNorm: the place of `training`
   // Signatures, their Meta answers and whether the CPU kernel confirmed them
   // (see Signature).
   MetaCache meta_cache;
@@ -80,11 +79,6 @@ struct Plan {
 
 // The op's plan, made on its first call. Plans live as long as the process.
 const Plan& plan_for(const c10::OperatorHandle& op);
-
-// Corrects the Meta kernel's answer where it differs from the CPU kernel's;
-// false if the call must run at the call. Depends only on what the call's
-// key records, so the corrected answer is what is cached.
-bool fix_specs(const Plan& plan, const c10::IValue* args, Specs& specs);
 
 // Whether an op's first list argument, written, is all it returns: the
 // in-place foreach ops that Registration.cpp registers the host kernel for.

@@ -97,9 +97,12 @@ void add_overlaps(CallKey& key, const Plan& plan, const c10::IValue* args) {
   }
 }
 
-// The call waiting for its first run at the call to confirm its signature.
+// The call waiting for its first run at the call to confirm its signature:
+// an in-place op's (whose answer is known), or a new signature's, whose
+// answer that run gives (tls_unconfirmed null, tls_new_key its key).
 thread_local const Plan* tls_unconfirmed_plan = nullptr;
 thread_local std::shared_ptr<const Signature> tls_unconfirmed;
+thread_local std::string tls_new_key;
 
 // Scalar arguments are checked by CPU kernels that Meta kernels do not all
 // repeat: the random in-place ops' parameters (uniform_'s range, random_'s
@@ -147,20 +150,10 @@ bool arguments_pass_on_empty_cpu(const c10::OperatorHandle& op, const Plan& plan
   return true;
 }
 
-// The call's signature with the Meta kernel's answer (from the cache after the
-// first time); null if the Meta kernel raised: the call then runs at the call,
-// where the CPU kernel reports its own error or handles the data-dependent case.
-// An out= call's Meta kernel is given empty outputs of the same dtypes: it
-// then resizes them without PyTorch's warning (given outputs of the wrong
-// shape, it would warn here and the CPU kernel again), and the answer says
-// what shape the outputs must have.
-std::shared_ptr<const Signature> answer_for(const c10::OperatorHandle& op, const Plan& plan,
-                                            const c10::IValue* args, CallKey& key, bool cacheable) {
-  std::shared_ptr<const Signature> answer;
-  if (cacheable && (answer = plan.meta_cache.find(key.shape()))) return answer;
-  // (A copy of the key: a Python Meta kernel may run finalisers that launch
-  // mydev ops on this thread and reuse its key buffer.)
-  const std::string shape_key = key.shape();
+// Whether `op`'s Meta kernel shapes the call without raising. An out= call's
+// Meta kernel is given empty outputs of the same dtypes (given outputs of the
+// wrong shape, it would warn).
+bool meta_shapes(const c10::OperatorHandle& op, const Plan& plan, const c10::IValue* args) {
   std::vector<c10::IValue> meta_args(args, args + plan.args.size());
   for (size_t i = 0; i < meta_args.size(); ++i) {
     c10::IValue& v = meta_args[i];
@@ -171,11 +164,33 @@ std::shared_ptr<const Signature> answer_for(const c10::OperatorHandle& op, const
                                  std::nullopt);
     }
   }
-  std::optional<Answer> computed = run_meta(op, meta_args);
-  if (!computed) return nullptr;  // not cached: the error is raised again at every call
-  if (*computed && !fix_specs(plan, args, **computed)) computed->reset();
-  if (cacheable) return plan.meta_cache.insert(shape_key, std::move(*computed));
-  return std::make_shared<const Signature>(std::move(*computed));
+  return run_meta(op, meta_args).has_value();
+}
+
+// The call's signature, if a call of it has run before; null for a new one
+// (but for an in-place op, whose answer is self as it is: one that restrides
+// self is refuted by confirm_signature).
+//
+// Answers come from the CPU kernel's own first run of the signature, not from
+// the op's Meta kernel: that run has to happen anyway for the CPU kernel's
+// checks, its outputs are the truth that Meta kernels only approximate (their
+// layouts and dtypes differ for several ops), and most of torch 2.13's Meta
+// kernels are Python references whose first run imports torch._dynamo and
+// sympy, seconds for a process's first torch.randn or trunc_normal_. What
+// makes one run's answer hold for every call of the signature is that the
+// op's output shapes do not depend on the data: for ops that PyTorch tags as
+// having such shapes (Plan::shape_from_data), only signatures that the Meta
+// kernel shapes without raising (it raises where the data would decide).
+std::shared_ptr<const Signature> signature_for(const c10::OperatorHandle& op, const Plan& plan,
+                                               const c10::IValue* args, const CallKey& key) {
+  if (std::shared_ptr<const Signature> known = plan.meta_cache.find(key.shape())) return known;
+  if (plan.shape_from_data && !meta_shapes(op, plan, args)) {
+    return plan.meta_cache.insert(key.shape(), std::nullopt);  // stays at the call
+  }
+  if (plan.kind != Kind::InPlace) return nullptr;
+  const at::Tensor& self = args[0].toTensor();
+  return plan.meta_cache.insert(key.shape(), Answer(Specs{{self.sizes().vec(), self.strides().vec(),
+                                                            self.scalar_type()}}));
 }
 
 // Out: whether the caller's outputs can be handed to a queued kernel: strided
@@ -315,6 +330,29 @@ bool awaiting_confirmation() {
   return tls_unconfirmed_plan != nullptr;
 }
 
+namespace {
+
+// A new signature's answer: the outputs of its first run at the call, when a
+// queued call can hand out outputs like them (see outputs_ready and
+// empty_device); otherwise no answer, and its calls stay at the call.
+Answer answer_from_run(const Plan& plan, const torch::jit::Stack& stack, size_t nreturns) {
+  if (stack.size() < nreturns) return std::nullopt;
+  const bool fresh_outputs = plan.kind == Kind::Functional || plan.kind == Kind::FunctionalCopy;
+  Specs specs;
+  for (size_t k = stack.size() - nreturns; k < stack.size(); ++k) {
+    if (!stack[k].isTensor()) return std::nullopt;
+    const at::Tensor& t = stack[k].toTensor();
+    if (!t.defined() || t.layout() != c10::kStrided || t.device().type() != kMyDev || t.is_conj() || t.is_neg()) {
+      return std::nullopt;
+    }
+    if (fresh_outputs && (t.storage_offset() != 0 || !t.is_non_overlapping_and_dense())) return std::nullopt;
+    specs.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+  }
+  return specs;
+}
+
+} // namespace
+
 void confirm_signature(const torch::jit::Stack& stack, size_t nreturns, bool warned) {
   if (tls_unconfirmed_plan == nullptr) return;
   const Plan& plan = *std::exchange(tls_unconfirmed_plan, nullptr);
@@ -322,19 +360,23 @@ void confirm_signature(const torch::jit::Stack& stack, size_t nreturns, bool war
   // A call that warns keeps running at the call, so that its warning comes
   // where the caller can catch it, every time, as on CPU.
   if (warned) return;
+  if (!signature) {
+    Answer answer = answer_from_run(plan, stack, nreturns);
+    const bool queueable = answer.has_value();
+    auto entry = plan.meta_cache.insert(tls_new_key, std::move(answer));
+    if (queueable) entry->verified.store(true, std::memory_order_release);
+    return;
+  }
   const Specs& specs = *signature->answer;
+  // An in-place op's answer is self's geometry before the call: one that
+  // restrides self (transpose_ of a square matrix) is never queued.
   bool agrees = nreturns == specs.size() && stack.size() >= nreturns;
-  // (A functional op's outputs are allocated in the Meta kernel's layout, which
-  // must be the one the CPU kernel chooses: max_unpool2d makes a channels-last
-  // output for a channels-last input, Meta a contiguous one.)
-  const bool layout_matters = plan.kind == Kind::Functional || plan.kind == Kind::FunctionalCopy;
   for (size_t k = 0; agrees && k < nreturns; ++k) {
     const c10::IValue& r = stack[stack.size() - nreturns + k];
     agrees = r.isTensor() && r.toTensor().layout() == c10::kStrided &&
              r.toTensor().sizes() == c10::IntArrayRef(specs[k].sizes) &&
              r.toTensor().scalar_type() == specs[k].dtype &&
-             (!layout_matters || r.toTensor().numel() <= 1 ||
-              r.toTensor().strides() == c10::IntArrayRef(specs[k].strides));
+             (r.toTensor().numel() <= 1 || r.toTensor().strides() == c10::IntArrayRef(specs[k].strides));
   }
   if (!agrees) {
     plan.refuted.store(true, std::memory_order_relaxed);
@@ -390,9 +432,18 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   // Before anything can draw from the device's generator, the inline run included.
   const bool quiet = arguments_pass_on_empty_cpu(op, plan, args, key);
 
-  std::shared_ptr<const Signature> signature = answer_for(op, plan, args, key, cacheable);
+  // (A call the key cannot describe always runs at the call.)
+  if (!cacheable) return false;
+  std::shared_ptr<const Signature> signature = signature_for(op, plan, args, key);
   clock.mark(breakdown::kMeta);
-  if (!signature || !signature->answer) return false;
+  if (!signature) {
+    // (A copy of the key: the run may call Python, whose finalisers may
+    // launch mydev ops on this thread and reuse its key buffer.)
+    tls_unconfirmed_plan = &plan;
+    tls_new_key = key.shape();
+    return false;
+  }
+  if (!signature->answer) return false;
   const Specs& specs = *signature->answer;
   if (!signature->verified.load(std::memory_order_acquire)) {
     // Runs at the call, where the CPU kernel makes its checks; confirm_signature

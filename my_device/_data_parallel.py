@@ -1,0 +1,146 @@
+"""nn.DataParallel on mydev devices: torch.nn.parallel.comm for mydev tensors.
+
+Workaround for torch 2.13: DataParallel, replicate, scatter and gather are device-generic
+(they ask torch.accelerator), but the collectives under them, torch.nn.parallel.comm's broadcast,
+broadcast_coalesced, scatter, gather and reduce_add, call bindings (torch._C._scatter, ...) that
+only CUDA builds have; reduce_add asks torch.cuda.nccl first, which warns on every call in a build
+without NCCL. install() wraps those five functions: given mydev tensors they run here, with
+CUDA's semantics (a tensor already on a target device is used as it is, not copied; copies to
+other devices are non-blocking and, for scatter, made on the streams given); anything else goes
+to torch's function. test_data_parallel.py::test_cpu_torch_still_lacks_the_comm_bindings notices when a
+CPU build of torch gains the bindings.
+"""
+import functools
+
+import torch
+from torch.nn.parallel import comm
+
+DEVICE = "mydev"
+
+
+def _on_mydev(tensors) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == DEVICE for t in tensors)
+
+
+def _device(index) -> torch.device:
+    return torch.device(DEVICE, index)
+
+
+def _to(tensor, index):
+    """`tensor` on mydev:`index`: itself if it is there already, else a non-blocking copy."""
+    return tensor.to(_device(index), non_blocking=True)
+
+
+def broadcast(tensor, devices=None, *, out=None):
+    if out is not None:
+        for o in out:
+            o.copy_(tensor, non_blocking=True)
+        return tuple(out)
+    return tuple(_to(tensor, comm._get_device_index(d)) for d in devices)
+
+
+def broadcast_coalesced(tensors, devices, buffer_size=10485760):
+    devices = [comm._get_device_index(d) for d in devices]
+    source = tensors[0].get_device() if tensors else devices[0]
+    if any(t.get_device() != source for t in tensors) or devices[0] != source:
+        raise RuntimeError(f"All tensors must be on devices[0]: {devices[0]}")
+    # One flat buffer per dtype and device, as CUDA's coalesced copy: a launch per bucket, not per tensor.
+    outputs = [list(tensors)]
+    buckets = {}
+    for i, t in enumerate(tensors):
+        buckets.setdefault(t.dtype, []).append(i)
+    for index in devices[1:]:
+        copies = [None] * len(tensors)
+        for dtype, positions in buckets.items():
+            flat = torch._utils._flatten_dense_tensors([tensors[i].detach() for i in positions])
+            for i, part in zip(positions, torch._utils._unflatten_dense_tensors(_to(flat, index),
+                                                                               [tensors[i] for i in positions])):
+                copies[i] = part
+        outputs.append(copies)
+    return outputs
+
+
+def scatter(tensor, devices=None, chunk_sizes=None, dim=0, streams=None, *, out=None):
+    if out is not None:
+        chunks = tensor.split([o.size(dim) for o in out], dim)
+        for i, (o, chunk) in enumerate(zip(out, chunks)):
+            with torch.mydev.stream(streams[i]) if streams and streams[i] is not None else _no_stream():
+                o.copy_(chunk, non_blocking=True)
+        return tuple(out)
+    devices = [comm._get_device_index(d) for d in devices]
+    if chunk_sizes is not None:
+        if len(chunk_sizes) != len(devices):
+            raise RuntimeError(f"Expected devices and chunk_sizes to be of same length, but got len(devices) = "
+                               f"{len(devices)} and len(chunk_sizes) = {len(chunk_sizes)}")
+        if sum(chunk_sizes) != tensor.size(dim):
+            raise RuntimeError(f"Expected chunk sizes to sum to {tensor.size(dim)}, but got a sum of "
+                               f"{sum(chunk_sizes)}")
+        chunks = tensor.split(list(chunk_sizes), dim)
+    else:
+        chunks = tensor.chunk(len(devices), dim)
+    results = []
+    for i, (chunk, index) in enumerate(zip(chunks, devices)):
+        stream = streams[i] if streams else None
+        with torch.mydev.stream(stream) if stream is not None else _no_stream():
+            results.append(_to(chunk, index))
+    return tuple(results)
+
+
+def gather(tensors, dim=0, destination=None, *, out=None):
+    if out is not None:
+        out.copy_(torch.cat([t.to(out.device, non_blocking=True) for t in tensors], dim), non_blocking=True)
+        return out
+    destination = comm._get_device_index(destination, allow_cpu=True, optional=True)
+    target = torch.device("cpu") if destination == -1 else _device(destination)
+    return torch.cat([t.to(target, non_blocking=target.type == DEVICE) for t in tensors], dim)
+
+
+def reduce_add(inputs, destination=None):
+    destination = comm._get_device_index(destination, optional=True)
+    root = next((i for i, t in enumerate(inputs) if t.get_device() == destination), None)
+    if root is None:
+        raise RuntimeError("reduce_add expects destination to be on the same GPU with one of the tensors")
+    for i, t in enumerate(inputs):
+        if t.size() != inputs[0].size():
+            got, want = "x".join(map(str, t.size())), "x".join(map(str, inputs[0].size()))
+            raise ValueError(f"input {i} has invalid size: got {got}, but expected {want}")
+    if len(inputs) == 1:
+        return inputs[0]
+    result = inputs[root].clone()
+    for i, t in enumerate(inputs):
+        if i != root:
+            result.add_(_to(t, destination))
+    return result
+
+
+class _no_stream:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _wrap(name, mine, tensors_of):
+    original = getattr(comm, name)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        if _on_mydev(tensors_of(*args, **kwargs)):
+            return mine(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    wrapper._mydev_original = original
+    setattr(comm, name, wrapper)
+
+
+def install():
+    if getattr(comm.scatter, "_mydev_original", None) is not None:
+        return
+    first = lambda tensor, *args, **kwargs: [tensor]  # noqa: E731
+    listed = lambda tensors, *args, **kwargs: list(tensors)  # noqa: E731
+    _wrap("broadcast", broadcast, first)
+    _wrap("broadcast_coalesced", broadcast_coalesced, listed)
+    _wrap("scatter", scatter, first)
+    _wrap("gather", gather, listed)
+    _wrap("reduce_add", reduce_add, listed)
