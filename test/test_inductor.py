@@ -149,10 +149,15 @@ def test_fx_graph_and_kernel_caches_work_across_processes(python_subprocess, tmp
         out = torch.compile(f)(x.to("mydev"))
         torch.testing.assert_close(out.cpu(), f(x))
         print("hits", counters["inductor"]["fxgraph_cache_hit"], "misses", counters["inductor"]["fxgraph_cache_miss"])
+        # mydev kernels compile with the CPU kernels' precompiled prelude (my_device/inductor/kernels.py)
+        import os
+        from torch._inductor.codecache import _HEADER_DIR
+        print("precompiled", any(f.endswith(".gch") for _, _, files in os.walk(_HEADER_DIR) for f in files))
     """
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
     first = python_subprocess(script, env=env, timeout=600)
     assert first.returncode == 0 and "hits 0 misses 1" in first.stdout, first.stderr[-3000:]
+    assert "precompiled True" in first.stdout, first.stdout
     second = python_subprocess(script, env=env, timeout=600)
     assert second.returncode == 0 and "hits 1 misses 0" in second.stdout, second.stderr[-3000:]
 

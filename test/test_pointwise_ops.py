@@ -63,3 +63,22 @@ def test_errors_are_the_cpus_at_the_call_and_lose_nothing(call):
     torch.mydev.synchronize()  # nothing is left to raise later
     torch.testing.assert_close(x.cpu(), a)  # nothing was written
     torch.testing.assert_close(torch.lerp(x, x * 2, 0.5).cpu(), torch.lerp(a, a * 2, 0.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gelu_gives_the_cpus_bits(dtype):
+    # The CPU takes oneDNN's exact gelu (forward and backward) for contiguous float and bfloat16
+    # inputs, whose results differ from ATen's own loop in the last bits.
+    x = torch.randn(4, 32, 128).to(dtype).requires_grad_()
+    d = x.detach().to("mydev").requires_grad_()
+    y, yd = torch.nn.functional.gelu(x), torch.nn.functional.gelu(d)
+    g = torch.randn_like(y)
+    y.backward(g)
+    yd.backward(g.to("mydev"))
+    assert torch.equal(yd.detach().cpu(), y.detach())
+    assert torch.equal(d.grad.cpu(), x.grad)
+    # tanh approximation and strided inputs take ATen's loop on the CPU too
+    for approximate in ("none", "tanh"):
+        xt = x.detach().transpose(1, 2)
+        assert torch.equal(torch.nn.functional.gelu(xt.to("mydev"), approximate=approximate).cpu(),
+                           torch.nn.functional.gelu(xt, approximate=approximate))

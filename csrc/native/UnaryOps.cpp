@@ -12,6 +12,7 @@
 #include <ATen/ops/clamp_min_native.h>
 #include <ATen/ops/exp.h>
 #include <ATen/ops/exp_native.h>
+#include <ATen/Context.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/gelu_backward.h>
 #include <ATen/ops/gelu_backward_native.h>
@@ -86,16 +87,34 @@ at::Tensor& relu_(at::Tensor& self) {
   return in_place<at::native::structured_clamp_min_out>("aten::relu_", self, at::Scalar(0));
 }
 
+// The CPU's gelu and gelu_backward take oneDNN's kernel for an exact gelu of a
+// contiguous float or bfloat16 input of more than one element (use_mkldnn in
+// ATen's Activation.cpp, which also asks for a CPU tensor, so the structured
+// impl() given mydev tensors takes ATen's own loop: last-bit differences).
+// Such calls go to the host kernel, which runs the CPU op on host aliases of
+// the device memory, where the CPU's own checks choose the CPU's path.
+bool cpu_may_take_onednn(const at::Tensor& self, c10::string_view approximate) {
+  return at::hasMKLDNN() && at::globalContext().userEnabledMkldnn() && approximate == "none" &&
+         self.numel() > 1 && self.is_contiguous() &&
+         (self.scalar_type() == at::kFloat || self.scalar_type() == at::kBFloat16);
+}
+
 // The job keeps its own copy of `approximate`: the caller's string_view dies at return.
 // gelu's CPU impl(), not its meta function, parses `approximate`: it is parsed
 // here too, so that a bad value is raised at the call, not on the worker.
 at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
   (void)at::native::get_gelutype_enum(approximate);
+  if (cpu_may_take_onednn(self, approximate)) {
+    return run_host_kernel("aten::gelu", self, std::string(approximate))[0].toTensor();
+  }
   return functional<at::native::structured_gelu_out_cpu>("aten::gelu", self, std::string(approximate));
 }
 
 at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
   (void)at::native::get_gelutype_enum(approximate);
+  if (cpu_may_take_onednn(self, approximate) && grad.is_contiguous()) {
+    return run_host_kernel("aten::gelu_backward", grad, self, std::string(approximate))[0].toTensor();
+  }
   return functional<at::native::structured_gelu_backward_out_cpu>("aten::gelu_backward", grad, self, std::string(approximate));
 }
 
