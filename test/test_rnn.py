@@ -199,3 +199,27 @@ def test_fused_cell_rejects_bad_input_and_device_keeps_working():
     c_ref = f.sigmoid() * cx.cpu() + i.sigmoid() * g.tanh()
     torch.testing.assert_close(cy.cpu(), c_ref)
     torch.testing.assert_close(hy.cpu(), o.sigmoid() * c_ref.tanh())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("options", [{}, {"bidirectional": True, "batch_first": True}, {"bias": False, "num_layers": 3}])
+def test_lstm_gives_the_cpus_bits(dtype, options):
+    # The CPU runs nn.LSTM with oneDNN's fused LSTM (float32, and bfloat16 where the CPU has it);
+    # mydev takes the same path (native/RNN.cpp), so forward, backward and gradients are bit for bit.
+    if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("this CPU has no bfloat16 oneDNN LSTM: the CPU takes ATen's cells")
+    torch.manual_seed(0)
+    cpu = nn.LSTM(16, 32, **{"num_layers": 2, **options}).to(dtype)
+    dev = copy.deepcopy(cpu).to("mydev")
+    x = torch.randn(3, 5, 16, dtype=dtype, requires_grad=True)
+    xd = x.detach().to("mydev").requires_grad_()
+    (o, (h, c)), (od, (hd, cd)) = cpu(x), dev(xd)
+    (o.sum() + h.sum() + c.sum()).backward()
+    (od.sum() + hd.sum() + cd.sum()).backward()
+    for got, want in [(od, o), (hd, h), (cd, c), (xd.grad, x.grad)]:
+        assert torch.equal(got.detach().cpu(), want.detach())
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        assert torch.equal(p.grad.cpu(), q.grad)
+    with torch.no_grad():  # (oneDNN's inference primitive: the CPU kernel reads grad mode)
+        for _ in range(2):  # the second call is queued
+            assert torch.equal(dev(xd)[0].cpu(), cpu(x)[0])

@@ -1,5 +1,6 @@
 // The fused RNN cells: _thnn_fused_lstm_cell, _thnn_fused_gru_cell and their
-// backward ops, queued on the stream.
+// backward ops, queued on the stream; and nn.LSTM on the CPU's oneDNN path (at
+// the end of the file).
 //
 // Why mydev needs them: ATen's LSTM and GRU cells (aten/src/ATen/native/RNN.cpp)
 // take the fused-cell path for CUDA, XPU and PrivateUse1 inputs: the two gate
@@ -16,7 +17,12 @@
 // Their derivative formulas are PyTorch's (derivatives.yaml); when a double
 // backward is recorded, PyTorch calls the differentiable composite backward
 // (_thnn_differentiable_*_cell_backward) instead, which needs no kernel here.
+#include "CpuDispatchStub.h"  // (first: see the header)
+
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/RNN.h>
+#include <ATen/ops/lstm_native.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -240,6 +246,63 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
                  }
                });
   return {grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias};
+}
+
+// nn.LSTM takes the CPU's oneDNN path where the CPU takes it. ATen's lstm (a
+// CompositeImplicitAutograd kernel) chooses oneDNN only when every tensor is a
+// CPU tensor (use_mkldnn in ATen's RNN.cpp), so on mydev it ran one fused cell
+// per time step: other results than the CPU's (3e-8 on a small LSTM) at 1.6x
+// its time. This kernel, registered for AutogradPrivateUse1 in the
+// composite's place, asks the CPU's question of mydev tensors and, where the
+// CPU would take oneDNN, calls the CPU's own entry, lstm_mkldnn_stub: its ops
+// (mkldnn_rnn_layer per layer and direction, cat, dropout, stack) reach mydev's
+// kernels through the dispatcher, with autograd recording them as on the CPU.
+// Packed sequences of equal lengths, which the CPU also sends there, still take
+// the per-step cells.
+bool mkldnn_supports(const char* op) {
+  const auto handle = c10::Dispatcher::singleton().findSchema({op, ""});
+  if (!handle) return false;
+  return handle->typed<bool()>().call();
+}
+
+bool cpu_would_take_onednn(const at::Tensor& input, at::TensorList hx, at::TensorList params) {
+  static const bool bf16 = mkldnn_supports("mkldnn::_is_mkldnn_bf16_supported");
+  static const bool fp16 = mkldnn_supports("mkldnn::_is_mkldnn_fp16_supported");
+  if (!at::hasMKLDNN() || !at::globalContext().userEnabledMkldnn() || input.numel() == 0 ||
+      input.device().type() != kMyDev || hx.size() != 2 || hx[0].sym_size(2) != hx[1].sym_size(2)) {
+    return false;  // (an LSTM with projections: ATen's cells on the CPU too)
+  }
+  for (at::TensorList list : {hx, params}) {
+    for (const at::Tensor& t : list) {
+      if (t.device().type() != kMyDev || t.layout() != c10::kStrided) return false;
+    }
+  }
+  switch (input.scalar_type()) {
+    case at::kFloat:
+      return true;
+    case at::kBFloat16:
+      return bf16;
+    case at::kHalf:
+      return fp16 && !at::GradMode::is_enabled();
+    default:
+      return false;
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm(const at::Tensor& input, at::TensorList hx, at::TensorList params,
+                                                    bool has_biases, int64_t num_layers, double dropout, bool train,
+                                                    bool bidirectional, bool batch_first) {
+  if (!cpu_would_take_onednn(input, hx, params)) {
+    return at::native::lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+  }
+  at::Tensor output, hy, cy;
+  at::native::lstm_mkldnn_stub(c10::DeviceType::CPU, output, hy, cy, input, hx, params, has_biases, num_layers,
+                               dropout, train, bidirectional, batch_first);
+  return {output, hy, cy};
+}
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("lstm.input", TORCH_FN(lstm));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -18,17 +18,11 @@
 // running the body in a caller task, a short op on an idle stream has only its
 // own function above impl(), where the CPU has its structured wrapper.
 
-// The wheel's libtorch_cpu is built with these CPU-capability kernels, and the
-// DispatchStub header only declares the matching members when they are defined.
-#if defined(__x86_64__)
-#define HAVE_AVX2_CPU_DEFINITION
-#define HAVE_AVX512_CPU_DEFINITION
-#endif
+#include "CpuDispatchStub.h"  // (first: see the header)
 
 #include <ATen/TensorIterator.h>
 #include <ATen/Version.h>
 #include <ATen/core/op_registration/adaption.h>
-#include <ATen/native/DispatchStub.h>
 
 #include <array>
 #include <memory>

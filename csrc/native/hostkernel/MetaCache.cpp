@@ -2,6 +2,7 @@
 #include "MetaCache.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
 
 #include <cmath>
@@ -129,6 +130,9 @@ void CallKey::add_output(const c10::IValue& v) {
 
 void CallKey::add_settings() {
   put(shape_, c10::typeMetaToScalarType(c10::get_default_dtype()));
+  // (A few CPU kernels read grad mode: mkldnn_rnn_layer returns a workspace
+  // only with it on. A queued call runs with the caller's: QueuedCall.)
+  put(shape_, at::GradMode::is_enabled());
 }
 
 std::optional<Answer> run_meta(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {

@@ -47,9 +47,9 @@ class CallKey {
   // shapes the answer; its geometry is in the key for the CPU kernel's checks
   // (a resize, an output that overlaps itself).
   void add_output(const c10::IValue& v);
-  // The process-wide settings a Meta kernel's answer depends on (the default
-  // dtype: bool / bool), which a call's arguments do not show. (Deterministic
-  // mode keeps host kernels at the call: see queue_host_kernel.)
+  // The settings a call's answer depends on that its arguments do not show:
+  // the default dtype (bool / bool), grad mode. (Deterministic mode keeps host
+  // kernels at the call: see queue_host_kernel.)
   void add_settings();
   // One byte of what the CPU kernel's checks see beyond each tensor alone (how
   // a written tensor overlaps another argument).

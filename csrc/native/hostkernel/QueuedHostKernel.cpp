@@ -17,6 +17,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/strides.h>
 
@@ -266,8 +267,10 @@ struct QueuedCall {
   std::vector<c10::IValue> args;
   std::vector<at::Tensor> outputs;
   c10::DeviceIndex device;
+  bool grad_mode;  // the caller's, which a few CPU kernels read (see CallKey::add_settings)
 
   void run() {
+    c10::AutoGradMode caller_grad_mode(grad_mode);
     HostCall call(device);
     auto host = [&](const at::Tensor& t) { return call.to_host(t); };
     torch::jit::Stack stack;
@@ -478,7 +481,7 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   // out= resizes its output between two queued kernels) must not change what
   // an already-launched kernel reads, as it would not on a GPU. So the job
   // has TensorImpls of its own, over leases where it can (KernelArgs.h).
-  auto job = std::make_unique<QueuedCall>(QueuedCall{&plan, op, {}, {}, device});
+  auto job = std::make_unique<QueuedCall>(QueuedCall{&plan, op, {}, {}, device, at::GradMode::is_enabled()});
   job->args.assign(std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
                    std::make_move_iterator(stack->end()));
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());

@@ -86,7 +86,14 @@ constexpr CompositeOnHost kCompositesOnHost[] = {
     {"conj_physical_", "calls the CPU loop's DispatchStub with the tensor's own device type"},
 };
 
+// oneDNN ops that work on ordinary dense CPU tensors, served like any other:
+// the CPU's LSTM path (native/RNN.cpp's lstm) runs these.
+constexpr std::string_view kDenseOneDnnOps[] = {"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"};
+
 const Exclusion* find_exclusion(std::string_view name) {
+  for (std::string_view dense : kDenseOneDnnOps) {
+    if (name == dense) return nullptr;
+  }
   for (const auto& e : kExclusions) {
     if (e.prefix.front() == '=' ? name == e.prefix.substr(1) : name.substr(0, e.prefix.size()) == e.prefix) {
       return &e;
