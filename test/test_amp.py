@@ -2,6 +2,7 @@
 import copy
 import os
 import re
+import warnings
 
 import pytest
 import torch
@@ -253,9 +254,21 @@ def test_binary_cross_entropy_is_refused_as_on_cuda():
     torch.testing.assert_close(F.binary_cross_entropy(p, t).cpu(), F.binary_cross_entropy(p.cpu(), t.cpu()))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_autocast_takes_the_floating_dtypes_cuda_takes(dtype):
+    # CUDA's autocast accepts any floating dtype (it checks only bfloat16 support); autocast asks a
+    # PrivateUse1 device for its list instead, and without them warned and disabled itself.
+    x = _x(2, 2).half().to("mydev")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.autocast("mydev", dtype=dtype):
+            assert torch.is_autocast_enabled("mydev")
+            assert torch.mm(x, x).dtype == dtype
+
+
 def test_unsupported_dtype_disables_autocast_with_a_warning():
     with pytest.warns(UserWarning, match="mydev"):
-        with torch.autocast("mydev", dtype=torch.float64):
+        with torch.autocast("mydev", dtype=torch.int32):
             assert not torch.is_autocast_enabled("mydev")
             x = _x(2, 2).to("mydev")
             assert torch.mm(x, x).dtype == torch.float32

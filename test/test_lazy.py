@@ -195,3 +195,26 @@ def test_the_differences_from_eager_the_readme_lists():
     with pytest.raises(RuntimeError, match="mutating a non-functional tensor with a functional tensor"):
         torch.empty(2, 3).copy_(x)
     torch.testing.assert_close(x.cpu(), torch.full((2, 3), 2.0))  # the lazy tensor is intact
+
+
+def test_the_eager_fallback_takes_host_made_tensors_and_index_lists():
+    # Tensors made with .to("lazy") from host tensors reach a fallback op on mydev (the op saw the host
+    # tensor, so a mydev argument beside it raised a device mismatch, or the op ran on the CPU), and
+    # indexing's Tensor?[] indices are converted too (left lazy, they sent the call back to the
+    # fallback without end: a crash).
+    x, idx, y = torch.randn(5, 3), torch.tensor([0, 2, 4]), torch.tensor([0, 2, 1, 1, 0])
+    lx, lidx, ly = x.to("lazy"), idx.to("lazy"), y.to("lazy")
+    torch.testing.assert_close(lx[lidx].cpu(), x[idx])
+    torch.testing.assert_close(lx[lx > 0].cpu(), x[x > 0])
+    torch.testing.assert_close(torch.atan2(lx, torch.ones(5, 3, device="lazy") * 2).cpu(), torch.atan2(x, torch.full((5, 3), 2.0)))
+    with my_device.track_fallbacks() as fb:
+        c = torch.cos(lx)
+        torch._lazy.mark_step()
+    assert fb.counts() == {"lazy::aten::cos": 1}
+    assert ml.device_data(c).device.type == "mydev"
+    torch.testing.assert_close(c.cpu(), torch.cos(x))
+    torch.manual_seed(0)
+    model = nn.Linear(3, 3)
+    want = F.cross_entropy(model(x), y)
+    got = F.cross_entropy(copy.deepcopy(model).to("lazy")(lx), ly)
+    torch.testing.assert_close(got.cpu(), want)

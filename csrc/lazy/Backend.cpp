@@ -128,10 +128,6 @@ struct MydevComputation : torch::lazy::Computation {
   }
 };
 
-c10::Device device_of(const torch::lazy::BackendDevice& d) {
-  return c10::Device(kMyDev, static_cast<c10::DeviceIndex>(d.ordinal()));
-}
-
 // What a lazy tensor's data is on the device: contiguous, on the backend device.
 at::Tensor on_device(const at::Tensor& t, const torch::lazy::BackendDevice& device) {
   at::Tensor out = t.to(device_of(device)).contiguous();
@@ -327,6 +323,10 @@ void init() {
     register_eager_fallback();
     register_lazy_decompositions();
   });
+}
+
+c10::Device device_of(const torch::lazy::BackendDevice& d) {
+  return c10::Device(kMyDev, static_cast<c10::DeviceIndex>(d.ordinal()));
 }
 
 } // namespace my_device::lazy

@@ -10,16 +10,20 @@
 #include "Lazy.h"
 #include "core/Device.h"
 #include "native/Fallback.h"
+#include "native/hostkernel/HostCall.h"
 
 namespace my_device::lazy {
 
 namespace {
 
-// A lazy tensor's value as a mydev tensor (materialising its graph), and back.
-at::Tensor to_eager(const at::Tensor& t) {
+// A lazy tensor's value as a mydev tensor (materialising its graph). A lazy
+// tensor made from a host tensor (`.to("lazy")`) gives back that host tensor
+// itself: the op must see it on the device, as the traced graph does.
+at::Tensor to_eager(const at::Tensor& t, const torch::lazy::BackendDevice& device) {
   auto ltc = torch::lazy::TryGetLtcTensor(t);
   TORCH_CHECK(ltc, "mydev lazy fallback: not a lazy tensor");
-  return ltc->ToTensor(/*detached=*/true);
+  at::Tensor eager = ltc->ToTensor(/*detached=*/true);
+  return eager.device().type() == kMyDev ? eager : eager.to(device_of(device));
 }
 
 bool is_lazy(const at::Tensor& t) {
@@ -32,41 +36,39 @@ void eager_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t first = stack->size() - nargs;
   record_fallback("lazy::" + c10::toString(schema.operator_name()), schema, *stack);
   metrics().fallback_ops += 1;
-  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (lazy argument, its eager stand-in)
   std::optional<torch::lazy::BackendDevice> device;
+  for (size_t i = first; i < stack->size() && !device; ++i) {
+    for_each_tensor((*stack)[i], [&](const at::Tensor& t) {
+      if (!device && is_lazy(t)) device = torch::lazy::TryGetLtcTensor(t)->GetDevice();
+    });
+  }
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (lazy argument, its eager stand-in)
   for (size_t i = first; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     const c10::Argument& formal = schema.arguments()[i - first];
     const bool writes = formal.alias_info() && formal.alias_info()->isWrite();
-    if (v.isTensor() && is_lazy(v.toTensor())) {
-      const at::Tensor lazy = v.toTensor();
-      if (!device) device = torch::lazy::TryGetLtcTensor(lazy)->GetDevice();
-      at::Tensor eager = to_eager(lazy);
-      if (writes) written.emplace_back(lazy, eager);
-      v = eager;
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> eager;
-      for (const at::Tensor& t : v.toTensorList()) eager.push_back(is_lazy(t) ? to_eager(t) : t);
-      v = eager;
-    }
+    // Every kind of tensor argument (Tensor, Tensor[], Tensor?[] as indexing's
+    // indices): one left lazy would bring the call back here, without end.
+    v = map_tensors(v, [&](const at::Tensor& t) {
+      if (!is_lazy(t)) return t;
+      at::Tensor eager = to_eager(t, *device);
+      if (writes) written.emplace_back(t, eager);
+      return eager;
+    });
   }
   op.callBoxed(stack);
   for (auto& [lazy, eager] : written) torch::lazy::TryGetLtcTensor(lazy)->UpdateFromTensor(eager, /*sync=*/false);
   const size_t nrets = schema.returns().size();
   for (size_t r = 0; r < nrets; ++r) {
     c10::IValue& v = (*stack)[stack->size() - nrets + r];
-    if (!v.isTensor() || !v.toTensor().defined()) continue;
-    bool aliased = false;  // a return aliasing a written argument is that argument
-    for (auto& [lazy, eager] : written) {
-      if (!aliased && v.toTensor().is_same(eager)) {
-        v = lazy;
-        aliased = true;
+    v = map_tensors(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      for (auto& [lazy, eager] : written) {
+        if (t.is_same(eager)) return lazy;  // a return aliasing a written argument is that argument
       }
-    }
-    if (!aliased) {
       TORCH_CHECK(device.has_value(), "mydev lazy fallback: ", schema.name(), " has no lazy tensor argument");
-      v = torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(v.toTensor(), *device));
-    }
+      return torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(t, *device));
+    });
   }
 }
 

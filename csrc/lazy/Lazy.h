@@ -1,6 +1,9 @@
 #pragma once
 // The mydev Lazy Tensor backend (Backend.cpp) and its eager fallback
 // (EagerFallback.cpp).
+#include <c10/core/Device.h>
+#include <torch/csrc/lazy/backend/backend_device.h>
+
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -14,6 +17,8 @@ struct LazyMetrics {
   std::atomic<int64_t> transfer_bytes{0};   // bytes copied from the host into lazy tensors' device data
 };
 LazyMetrics& metrics();
+// The mydev device holding a lazy device's data.
+c10::Device device_of(const torch::lazy::BackendDevice& d);
 // The dump of the last program built.
 std::string last_graph();
 
