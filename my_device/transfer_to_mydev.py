@@ -23,7 +23,7 @@ Importing this module patches torch for the rest of the process (there is no und
   graphs are rewritten as those functions return them.
 
 `redirections()` lists what was redirected and `not_redirected()` the torch.cuda names left alone (they
-behave as on a machine without CUDA). What cannot be redirected is listed in the README: `t.device.type`
+behave as on a machine without CUDA). What cannot be redirected is listed in docs/transfer-to-mydev.md: `t.device.type`
 is "mydev", not "cuda"; CUDA-only APIs (graphs, NCCL, NVTX, jiterator, cuDNN/cuBLAS settings, custom
 CUDA or Triton kernels), legacy `torch.cuda.FloatTensor` types, TorchScript code compiled before the
 import, and device strings passed to functions outside the list above.
@@ -222,7 +222,7 @@ def _patch_device():
 
     annotations.try_ann_to_type = try_ann_to_type
     # ...and a `torch.device(...)` call in scripted code by identity too: it compiles to aten::device
-    # (which runs in TorchScript's interpreter, so a "cuda" string there stays CUDA; see the README).
+    # (which runs in TorchScript's interpreter, so a "cuda" string there stays CUDA; see docs/transfer-to-mydev.md).
     torch.jit._builtins._register_builtin(_Device, "aten::device")
 
 

@@ -184,9 +184,9 @@ def test_scalars_and_in_place_ops_trace_into_one_graph():
         torch.testing.assert_close(g.to("mydev"), e)
 
 
-def test_the_differences_from_eager_the_readme_lists():
+def test_the_differences_from_eager_the_docs_list():
     # LTC gives every lazy tensor contiguous strides (its TensorImpl computes them from the sizes), so a
-    # transposed view claims to be contiguous and .contiguous() returns the view itself. README.md says
+    # transposed view claims to be contiguous and .contiguous() returns the view itself. docs/lazy.md says
     # so; this notices when it stops being true.
     x = torch.ones(2, 3, device="lazy")
     assert x.t().is_contiguous() and not torch.ones(2, 3, device="mydev").t().is_contiguous()

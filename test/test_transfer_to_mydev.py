@@ -217,7 +217,7 @@ def test_each_redirection(python_subprocess):
     assert f["nccl_available"] is True and f["backend"] == "cpu:gloo,mydev:mccl" and f["new_group"] == "mccl"
     assert f["all_reduce"] == [1.0, 1.0, 1.0]
     assert "torch.cuda.synchronize" in f["redirections"] and "torch.cuda.memory_allocated" in f["redirections"]
-    # CUDA-only APIs are left alone (documented in the README).
+    # CUDA-only APIs are left alone (documented in docs/transfer-to-mydev.md).
     assert "torch.cuda.graph" in f["not_redirected"] and "torch.cuda.nvtx" in f["not_redirected"]
 
 

@@ -116,7 +116,7 @@ def set_sync_debug_mode(debug_mode: Union[int, str]) -> None:
     """As torch.cuda.set_sync_debug_mode: "default" (0) says nothing, "warn" (1)
     warns and "error" (2) raises when an operation makes the host wait for the
     device: a synchronous copy to or from the host, `.item()`, printing, or an op
-    run at the call (see the README). Explicit synchronisations are not reported."""
+    run at the call (see docs/async-execution.md). Explicit synchronisations are not reported."""
     _lazy_init()
     if isinstance(debug_mode, str):
         modes = {"default": 0, "warn": 1, "error": 2}
