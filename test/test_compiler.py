@@ -601,3 +601,28 @@ def test_graph_passes_keep_results_and_group_chains():
     # Each shape's ops form one contiguous run.
     runs = [s for i, s in enumerate(shapes) if i == 0 or shapes[i - 1] != s]
     assert sorted(runs) == sorted(set(shapes)), shapes
+
+
+@pytest.mark.parametrize("text, message", [
+    ("program bad\ninput %0 : Float[4]{1}+0\n%1 = aten::mul.Scalar(%0, f2.0) : Float[4]{1}+0\n"
+     "%2 = aten::as_strided(%1, [i4], [i3], i1) : Float[4]{3}+1\noutput %2\n",
+     r"aten::as_strided \(line 4\) gives %2 Float\[4\]\{3\}\+1, which reaches 44 bytes of storage, but its base %1"),
+    ("program bad\ninput %0 : Float[4]{-1}+0\n%1 = aten::mul.Scalar(%0, f2.0) : Float[4]{1}+0\noutput %1\n",
+     r"value %0 has the geometry Float\[4\]\{-1\}\+0, which no tensor has"),
+])
+def test_a_program_whose_geometry_leaves_its_storage_is_refused_when_built(text, message):
+    # Program text may come from a file (a saved module's lowered form); kernels trust its geometry.
+    with pytest.raises(RuntimeError, match=message):
+        mc.compile(text)
+
+
+def test_a_view_of_an_input_beyond_its_storage_is_refused_at_run():
+    program = mc.compile("program bad\ninput %0 : Float[4]{1}+0\n"
+                               "%1 = aten::as_strided(%0, [i4], [i100000], n) : Float[4]{100000}+0\n"
+                               "%2 = aten::mul.Scalar(%1, f2.0) : Float[4]{1}+0\noutput %2\n")
+    x = torch.ones(4, device="mydev")
+    with pytest.raises(RuntimeError, match="input 0 has 16 bytes of storage, but the program's views of it reach 1200004"):
+        program.run([x])
+    # the same view of a big enough storage is fine, and the device still works
+    big = torch.arange(400004.0, device="mydev")[:4]
+    torch.testing.assert_close(program.run([big])[0].cpu(), torch.tensor([0.0, 100000.0, 200000.0, 300000.0]) * 2)

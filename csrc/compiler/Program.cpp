@@ -277,6 +277,31 @@ void Program::build() {
   where_.assign(nv, Location{});
   for (size_t i = 0; i < g.inputs.size(); ++i) where_[g.inputs[i]] = {Location::Input, g.inputs[i], static_cast<int>(i)};
 
+  // 0. Geometry: every value's must be one a tensor can have, and a view must
+  // stay inside its base's storage. A program is text that may come from a file
+  // (a saved TorchScript module's lowered form): the kernels trust its
+  // geometry, so a wrong one would read or write out of bounds.
+  input_reach_.assign(g.inputs.size(), 0);
+  for (size_t v = 0; v < nv; ++v) {
+    const TensorMeta& m = g.values[v].meta;
+    bool valid = m.offset >= 0 && m.sizes.size() == m.strides.size();
+    for (size_t d = 0; valid && d < m.sizes.size(); ++d) valid = m.sizes[d] >= 0 && m.strides[d] >= 0;
+    TORCH_CHECK(valid, "mydev compiler: value %", v, " has the geometry ", m.str(),
+                ", which no tensor has (negative sizes, strides or offset, or sizes and strides of different ranks)");
+  }
+  auto check_reach = [&](const Node& n, int out, int base) {
+    const size_t need = g.values[out].meta.storage_bytes();
+    if (where_[base].kind == Location::Input) {
+      size_t& reach = input_reach_[static_cast<size_t>(where_[base].slot)];
+      reach = std::max(reach, need);
+      return;
+    }
+    TORCH_CHECK(need <= g.values[base].meta.storage_bytes(), "mydev compiler: ", n.op, " (line ", n.line,
+                ") gives %", out, " ", g.values[out].meta.str(), ", which reaches ", need,
+                " bytes of storage, but its base %", base, " (", g.values[base].meta.str(), ") holds ",
+                g.values[base].meta.storage_bytes());
+  };
+
   // 1. Operators, views and aliases.
   std::vector<std::optional<c10::OperatorHandle>> ops(g.nodes.size());
   std::vector<bool> view(g.nodes.size(), false), barrier(g.nodes.size(), false);
@@ -293,6 +318,7 @@ void Program::build() {
     if (is_view(s) && first >= 0 && n.outputs[0] >= 0 && g.values[first].meta.dtype == g.values[n.outputs[0]].meta.dtype) {
       view[i] = true;
       where_[n.outputs[0]].root = where_[first].root;
+      check_reach(n, n.outputs[0], where_[first].root);
       stats_.views += 1;
       continue;
     }
@@ -300,7 +326,10 @@ void Program::build() {
     // Returns that alias an argument (split, an in-place op's self) live in that argument's storage.
     for (size_t r = 0; r < n.outputs.size() && r < s.returns().size(); ++r) {
       const int a = aliased_argument(s, r);
-      if (a >= 0 && n.args[a].value >= 0 && n.outputs[r] >= 0) where_[n.outputs[r]].root = where_[n.args[a].value].root;
+      if (a >= 0 && n.args[a].value >= 0 && n.outputs[r] >= 0) {
+        where_[n.outputs[r]].root = where_[n.args[a].value].root;
+        check_reach(n, n.outputs[r], where_[n.outputs[r]].root);
+      }
     }
   }
   auto root = [&](int v) { return where_[v].root; };
@@ -542,6 +571,9 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
     TORCH_CHECK(!t.is_neg() && !t.is_conj(), "mydev program '", g.name, "': input ", i,
                 " has a lazy negation or conjugation bit; pass it through resolve_neg()/resolve_conj() first");
     if (!host_scalar) {
+      TORCH_CHECK(t.storage().nbytes() >= input_reach_[i], "mydev program '", g.name, "': input ", i,
+                  " has ", t.storage().nbytes(), " bytes of storage, but the program's views of it reach ",
+                  input_reach_[i]);
       if (device < 0) device = t.device().index();
       TORCH_CHECK(t.device().index() == device,
                   "Expected all tensors to be on the same device, but found at least two devices, ",

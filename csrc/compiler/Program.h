@@ -121,6 +121,10 @@ class Program : public std::enable_shared_from_this<Program> {
   Graph graph_;
   std::vector<Step> steps_;
   std::vector<Location> where_;          // per value
+  // Per input: the bytes of its storage the program's views of it reach (an
+  // input's storage must hold them: run() checks, as the bytes are only
+  // known then).
+  std::vector<size_t> input_reach_;
   std::vector<TensorMeta> output_buffers_;  // geometry of buffers the program returns
   std::vector<int> arena_buffers_;       // value id of each arena buffer
   MemoryPlan plan_;
