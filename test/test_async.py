@@ -757,6 +757,7 @@ def test_training_matches_cpu_with_every_host_kernel_run_at_the_call():
     assert " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-500:]
 
 
+@pytest.mark.slow
 def test_conformance_subset_holds_with_every_host_kernel_run_at_the_call():
     # By default the OpInfo checks go through the queued path (Meta kernel at
     # the call, out= kernel on the worker); this runs the forward and backward

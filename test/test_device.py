@@ -293,6 +293,7 @@ def test_strict_mode_catches_host_read_while_a_kernel_runs(python_subprocess):
     assert "host read went unnoticed" in lax.stdout, lax.stderr
 
 
+@pytest.mark.slow
 def test_training_sparse_and_conformance_subset_hold_in_strict_mode():
     # Every kernel must reach device memory at its kernel address; one that
     # used a device address would abort the run with the strict-mode report.
