@@ -65,7 +65,7 @@ def test_errors_are_the_cpus_at_the_call_and_lose_nothing(call):
     torch.testing.assert_close(torch.lerp(x, x * 2, 0.5).cpu(), torch.lerp(a, a * 2, 0.5))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_gelu_gives_the_cpus_bits(dtype):
     # The CPU takes oneDNN's exact gelu (forward and backward) for contiguous float and bfloat16
     # inputs, whose results differ from ATen's own loop in the last bits.
@@ -77,6 +77,10 @@ def test_gelu_gives_the_cpus_bits(dtype):
     yd.backward(g.to("mydev"))
     assert torch.equal(yd.detach().cpu(), y.detach())
     assert torch.equal(d.grad.cpu(), x.grad)
+    # a strided gradient: the CPU looks at the input only
+    gt = torch.randn(4, 128, 32).to(dtype).transpose(1, 2)
+    assert torch.equal(torch.ops.aten.gelu_backward(gt.to("mydev"), d.detach()).cpu(),
+                       torch.ops.aten.gelu_backward(gt, x.detach()))
     # tanh approximation and strided inputs take ATen's loop on the CPU too
     for approximate in ("none", "tanh"):
         xt = x.detach().transpose(1, 2)

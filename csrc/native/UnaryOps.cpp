@@ -88,15 +88,17 @@ at::Tensor& relu_(at::Tensor& self) {
 }
 
 // The CPU's gelu and gelu_backward take oneDNN's kernel for an exact gelu of a
-// contiguous float or bfloat16 input of more than one element (use_mkldnn in
-// ATen's Activation.cpp, which also asks for a CPU tensor, so the structured
-// impl() given mydev tensors takes ATen's own loop: last-bit differences).
-// Such calls go to the host kernel, which runs the CPU op on host aliases of
-// the device memory, where the CPU's own checks choose the CPU's path.
+// contiguous float, bfloat16 or half input of more than one element, the last
+// two where the CPU has oneDNN support for them (use_mkldnn in ATen's
+// Activation.cpp, which also asks for a CPU tensor and looks at self only, so
+// the structured impl() given mydev tensors takes ATen's own loop: last-bit
+// differences). Such calls go to the host kernel, which runs the CPU op on host
+// aliases of the device memory, where the CPU's own checks choose its path.
 bool cpu_may_take_onednn(const at::Tensor& self, c10::string_view approximate) {
   return at::hasMKLDNN() && at::globalContext().userEnabledMkldnn() && approximate == "none" &&
          self.numel() > 1 && self.is_contiguous() &&
-         (self.scalar_type() == at::kFloat || self.scalar_type() == at::kBFloat16);
+         (self.scalar_type() == at::kFloat || self.scalar_type() == at::kBFloat16 ||
+          self.scalar_type() == at::kHalf);
 }
 
 // The job keeps its own copy of `approximate`: the caller's string_view dies at return.
@@ -112,7 +114,7 @@ at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
 
 at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
   (void)at::native::get_gelutype_enum(approximate);
-  if (cpu_may_take_onednn(self, approximate) && grad.is_contiguous()) {
+  if (cpu_may_take_onednn(self, approximate)) {
     return run_host_kernel("aten::gelu_backward", grad, self, std::string(approximate))[0].toTensor();
   }
   return functional<at::native::structured_gelu_backward_out_cpu>("aten::gelu_backward", grad, self, std::string(approximate));
