@@ -491,6 +491,7 @@ def test_convolution_and_its_backward_are_queued_with_errors_at_the_call():
     dconv.load_state_dict(conv.state_dict())
     dx = x.detach().to("mydev").requires_grad_()
     s = torch.mydev.default_stream()
+    dconv(dx.detach())  # a signature's first call runs at the call, where the CPU kernel checks it
     torch.mydev.synchronize()
     with delayed(s):
         out = dconv(dx)

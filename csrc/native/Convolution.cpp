@@ -3,21 +3,25 @@
 // kernels only raise, so the generic host kernel cannot serve them: these run
 // PyTorch's CPU convolution on device memory explicitly.
 //
-// In float and double they are queued like other host kernels: the outputs are
-// allocated at the call (the forward's geometry from aten::convolution's Meta
-// kernel, which also raises argument errors there; the backward's gradients
-// are shaped like input, weight and bias), and the CPU convolution runs on the
-// worker and copies its results into them. The copy is the price of the CPU
-// convolution having no out= form. Other dtypes run at the call.
+// In the floating dtypes they are queued like other host kernels: the outputs
+// are allocated at the call (the forward's geometry from the first run of its
+// signature, at the call, where the CPU kernel also raises argument errors; the
+// backward's gradients are shaped like input, weight and bias), and the CPU
+// convolution runs on the worker and copies its results into them. The copy is
+// the price of the CPU convolution having no out= form. Other dtypes run at the
+// call.
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <c10/core/MemoryFormat.h>
 #include <torch/library.h>
 
+#include <optional>
+
 #include "Factory.h"
 #include "hostkernel/HostKernel.h"
 #include "hostkernel/MetaCache.h"
 #include "core/KernelArgs.h"
+#include "core/Launch.h"
 
 namespace my_device {
 namespace {
@@ -29,8 +33,7 @@ bool queueable(const at::Tensor& input) {
   return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
 }
 
-// The Meta kernel checks neither of these, so the call path's CPU kernel must,
-// at the call: a dtype mix raises there. Another device is rejected here, as
+// A dtype mix stays at the call, where the CPU kernel raises. Another device is rejected here, as
 // CUDA rejects it, rather than read from the worker.
 bool same_dtype_and_device(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   for (const at::Tensor* t : {&weight, bias.has_value() ? &*bias : nullptr}) {
@@ -40,20 +43,6 @@ bool same_dtype_and_device(const at::Tensor& input, const at::Tensor& weight, co
     if (t->scalar_type() != input.scalar_type()) return false;
   }
   return true;
-}
-
-// The CPU convolution's output layout: channels-last if the input or the
-// weight is (Meta kernels always answer contiguous).
-std::vector<int64_t> output_strides(const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef sizes,
-                                    c10::IntArrayRef meta_strides) {
-  for (const at::Tensor* t : {&input, &weight}) {
-    const auto format = t->suggest_memory_format();
-    if (format == c10::MemoryFormat::ChannelsLast && sizes.size() == 4) return c10::get_channels_last_strides_2d(sizes);
-    if (format == c10::MemoryFormat::ChannelsLast3d && sizes.size() == 5) {
-      return c10::get_channels_last_strides_3d(sizes);
-    }
-  }
-  return meta_strides.vec();
 }
 
 at::Tensor convolution_at_the_call(const at::Tensor& input, const at::Tensor& weight,
@@ -72,17 +61,28 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                     c10::IntArrayRef output_padding, int64_t groups) {
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
   const c10::DeviceIndex device = input.device().index();
+  // A call is queued once a call of its signature ran at the call (where the
+  // CPU kernel checks the arguments), with that run's output geometry (the
+  // CPU's layout: channels-last for a channels-last input or weight).
+  const bool may_queue = same_dtype_and_device(input, weight, bias) && queueable(input);
+  std::vector<c10::IValue> args;
   std::optional<std::vector<OutputSpec>> specs;
-  if (same_dtype_and_device(input, weight, bias) && queueable(input)) {
-    specs = meta_outputs(op, {input, weight, bias, stride, padding, dilation, transposed, output_padding, groups});
+  if (may_queue) {
+    args = {input, weight, bias, stride, padding, dilation, transposed, output_padding, groups};
+    specs = known_outputs(op, args);
   }
   if (!specs) {
-    return convolution_at_the_call(input, weight, bias, stride, padding, dilation, transposed, output_padding,
-                                   groups);
+    // (A signature's first run waits for the stream, as a GPU would not: the
+    // sync debug mode does not report it, as for host kernels.)
+    std::optional<UnreportedSync> unreported;
+    if (may_queue) unreported.emplace();
+    at::Tensor out = convolution_at_the_call(input, weight, bias, stride, padding, dilation, transposed,
+                                             output_padding, groups);
+    if (may_queue) remember_outputs(op, args, {out});
+    return out;
   }
   const OutputSpec& spec = specs->front();
-  at::Tensor out = empty_device(spec.sizes, output_strides(input, weight, spec.sizes, spec.strides),
-                                input.options().dtype(spec.dtype));
+  at::Tensor out = empty_device(spec.sizes, spec.strides, input.options().dtype(spec.dtype));
   KernelArgs held(device);
   std::optional<at::Tensor> held_bias;
   if (bias.has_value() && bias->defined()) held_bias = held.own(*bias);

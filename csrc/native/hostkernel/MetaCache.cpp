@@ -153,22 +153,41 @@ std::optional<Answer> run_meta(const c10::OperatorHandle& op, const std::vector<
   return Answer(std::move(specs));
 }
 
-std::optional<Specs> meta_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {
+namespace {
+
+// The key of a call of a kernel of its own (see known_outputs); false if the
+// call has an argument a key cannot describe.
+bool own_kernel_key(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, CallKey& key) {
   const Plan& plan = plan_for(op);
-  thread_local CallKey key;
   key.clear();
+  key.add_settings();
   bool cacheable = true;
   for (const c10::IValue& v : args) cacheable = cacheable && key.add(v, plan.exact_key);
-  if (cacheable) {
-    if (auto hit = plan.meta_cache.find(key.shape())) return hit->answer;
+  return cacheable;
+}
+
+} // namespace
+
+std::optional<Specs> known_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {
+  thread_local CallKey key;
+  if (!own_kernel_key(op, args, key)) return std::nullopt;
+  const auto hit = plan_for(op).meta_cache.find(key.shape());
+  if (!hit || !hit->answer) return std::nullopt;
+  return *hit->answer;
+}
+
+void remember_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
+                      const std::vector<at::Tensor>& outputs) {
+  CallKey key;
+  if (!own_kernel_key(op, args, key)) return;
+  Specs specs;
+  for (const at::Tensor& t : outputs) {
+    if (!t.defined() || t.layout() != c10::kStrided || t.storage_offset() != 0 || !t.is_non_overlapping_and_dense()) {
+      return;
+    }
+    specs.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
   }
-  // (A copy: a Python Meta kernel may run finalisers that launch mydev ops on
-  // this thread and reuse its key buffer.)
-  const std::string shape_key = key.shape();
-  std::optional<Answer> answer = run_meta(op, args);
-  if (!answer) return std::nullopt;
-  if (cacheable) plan.meta_cache.insert(shape_key, *answer);
-  return *answer;
+  plan_for(op).meta_cache.insert(key.shape(), Answer(std::move(specs)));
 }
 
 } // namespace my_device

@@ -6,8 +6,8 @@
 // at the call, and its outputs are the answer for every later call of it (see
 // signature_for in QueuedHostKernel.cpp): a training loop, which repeats the
 // same calls, runs each signature at the call once. Kernels of their own that
-// allocate outputs before queueing (convolution) ask the op's Meta kernel
-// instead (meta_outputs), its answers cached the same way.
+// allocate outputs before queueing (convolution) keep theirs the same way
+// (known_outputs).
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
@@ -113,9 +113,11 @@ class MetaCache {
 // error is raised again, by the CPU kernel at the call, every time.
 std::optional<Answer> run_meta(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args);
 
-// The outputs `op`'s Meta kernel gives for `args`, from the op's cache after
-// the first call; nullopt if it raised or left an output undefined. For
-// kernels of their own that allocate outputs before queueing (convolution).
-std::optional<Specs> meta_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args);
+// For kernels of their own that allocate outputs before queueing
+// (convolution): the outputs the first run of a call of this signature gave
+// (remember_outputs, after that run at the call), or nullopt for a new one.
+std::optional<Specs> known_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args);
+void remember_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
+                      const std::vector<at::Tensor>& outputs);
 
 } // namespace my_device
