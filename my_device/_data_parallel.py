@@ -10,6 +10,7 @@ other devices are non-blocking and, for scatter, made on the streams given); any
 to torch's function. test_data_parallel.py::test_cpu_torch_still_lacks_the_comm_bindings notices when a
 CPU build of torch gains the bindings.
 """
+import contextlib
 import functools
 
 import torch
@@ -64,7 +65,7 @@ def scatter(tensor, devices=None, chunk_sizes=None, dim=0, streams=None, *, out=
     if out is not None:
         chunks = tensor.split([o.size(dim) for o in out], dim)
         for i, (o, chunk) in enumerate(zip(out, chunks)):
-            with torch.mydev.stream(streams[i]) if streams and streams[i] is not None else _no_stream():
+            with torch.mydev.stream(streams[i]) if streams and streams[i] is not None else contextlib.nullcontext():
                 o.copy_(chunk, non_blocking=True)
         return tuple(out)
     devices = [comm._get_device_index(d) for d in devices]
@@ -81,7 +82,7 @@ def scatter(tensor, devices=None, chunk_sizes=None, dim=0, streams=None, *, out=
     results = []
     for i, (chunk, index) in enumerate(zip(chunks, devices)):
         stream = streams[i] if streams else None
-        with torch.mydev.stream(stream) if stream is not None else _no_stream():
+        with torch.mydev.stream(stream) if stream is not None else contextlib.nullcontext():
             results.append(_to(chunk, index))
     return tuple(results)
 
@@ -111,14 +112,6 @@ def reduce_add(inputs, destination=None):
         if i != root:
             result.add_(_to(t, destination))
     return result
-
-
-class _no_stream:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _wrap(name, mine, tensors_of):
