@@ -174,3 +174,24 @@ def test_transparent_mode_leaves_training_graphs_alone():
     model(x).sum().backward()
     for g, p in zip(grads, model.parameters()):
         torch.testing.assert_close(g / 3, p.grad)
+
+
+def test_a_traced_module_that_reads_its_input_shape_lowers():
+    # Nearly every traced model reads a shape (B, T, C = x.size()); the trace computes with the sizes
+    # as tensors (prim::NumToTensor, aten::mul) and turns them back into ints for a view: they fold.
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, x):
+            B, T, C = x.size()
+            y = self.proj(x).view(B * T, C).relu()
+            return y.view(B, T, C) * (C ** -0.5)
+
+    torch.manual_seed(0)
+    block = Block().eval()
+    x = torch.randn(2, 3, 8)
+    traced = torch.jit.trace(block, x)
+    lowered = mj.to_mydev(traced, (x.to("mydev"),))
+    torch.testing.assert_close(lowered(x.to("mydev")).cpu(), block(x))

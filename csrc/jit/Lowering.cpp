@@ -3,6 +3,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/operator.h>
 
@@ -109,8 +110,9 @@ c10::IValue meta_value(const Entry& e, const c10::TypePtr& type) {
     if (tensor_formal && (e.constant.isInt() || e.constant.isDouble() || e.constant.isBool())) {
       // A number for a Tensor argument: a wrapped number, as the program passes it (Program.cpp).
       const auto dtype = e.constant.isDouble() ? at::kDouble : e.constant.isInt() ? at::kLong : at::kBool;
-      // (on the CPU: wrapped numbers are CPU tensors, which mix with Meta ones)
-      at::Tensor t = at::empty({}, at::TensorOptions().dtype(dtype));
+      // (on the CPU: wrapped numbers are CPU tensors, which mix with Meta ones; with their value, for
+      // the numbers folded at lowering time: a traced module's sizes)
+      at::Tensor t = at::scalar_tensor(e.constant.toScalar(), at::TensorOptions().dtype(dtype));
       t.unsafeGetTensorImpl()->set_wrapped_number(true);
       return t;
     }
@@ -288,6 +290,13 @@ class Lowerer {
       env_[node->output()] = std::move(e);
       return;
     }
+    // A traced module's sizes (`B, T, C = x.size()`) are numbers made tensors
+    // (prim::NumToTensor), computed with as tensors (B * T) and made numbers again
+    // (aten::Int) for a view: they fold into constants like any number.
+    if (kind == prim::NumToTensor && entry(node->input()).is_constant()) {
+      env_[node->output()] = entry(node->input());
+      return;
+    }
     if (kind == c10::aten::ScalarImplicit && entry(node->input()).is_constant()) {
       env_[node->output()] = entry(node->input());  // a number given for a 0-dim tensor input
       return;
@@ -324,6 +333,29 @@ class Lowerer {
       return false;
     }();
 
+    // Arithmetic on such numbers (a Tensor argument given a number) folds too,
+    // into the number of its 0-dim result.
+    bool number_for_tensor = false;
+    for (size_t i = 0; schema && i < ins.size() && i < schema->arguments().size(); ++i) {
+      number_for_tensor = number_for_tensor ||
+                          (schema->arguments()[i].type()->kind() == c10::TypeKind::TensorType && !ins[i].is_list &&
+                           (ins[i].constant.isInt() || ins[i].constant.isDouble() || ins[i].constant.isBool()));
+    }
+    if (tensor_result && all_constant && number_for_tensor && node->outputs().size() == 1 && node->maybeOperator()) {
+      torch::jit::Stack stack;
+      for (size_t i = 0; i < ins.size(); ++i) stack.push_back(meta_value(ins[i], schema->arguments()[i].type()));
+      try {
+        node->getOperation()(stack);
+      } catch (const std::exception& e) {
+        unsupported(node, std::string("it could not be evaluated at lowering time: ") + brief(e));
+      }
+      if (stack.back().isTensor() && stack.back().toTensor().dim() == 0) {
+        Entry c;
+        c.constant = c10::IValue(stack.back().toTensor().item());
+        env_[node->output()] = std::move(c);
+        return;
+      }
+    }
     // Numbers computed from constants or from shapes (aten::size, aten::Int...)
     // fold into constants: run the node's own operator on Meta tensors.
     if (!tensor_result) {

@@ -540,6 +540,14 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
       lock.lock();
       continue;
     }
+    if (g_exiting.load(std::memory_order_relaxed) && !s.abandoned) {
+      // Exit drops every stream's queue, one stream after another, and this
+      // one's turn has not come: start nothing meanwhile (a worker held back by
+      // a higher-priority stream would otherwise run its task as soon as that
+      // stream's queue was dropped).
+      s.work_cv.wait(lock, [&] { return s.abandoned; });
+      continue;
+    }
     delayed = false;
     runFront(s, lock, /*on_worker=*/true);
   }
