@@ -24,6 +24,7 @@ namespace prim = c10::prim;
 struct Entry {
   int value = -1;         // program value id
   bool scalar = false;    // a 0-dim tensor standing for a Scalar (aten::ScalarImplicit of a program value)
+  bool size = false;      // a number a trace made a tensor (prim::NumToTensor), or computed from such
   at::Tensor meta;        // when value >= 0
   c10::IValue constant;   // when value < 0 and !is_list
   bool is_list = false;
@@ -294,7 +295,9 @@ class Lowerer {
     // (prim::NumToTensor), computed with as tensors (B * T) and made numbers again
     // (aten::Int) for a view: they fold into constants like any number.
     if (kind == prim::NumToTensor && entry(node->input()).is_constant()) {
-      env_[node->output()] = entry(node->input());
+      Entry e = entry(node->input());
+      e.size = true;
+      env_[node->output()] = std::move(e);
       return;
     }
     if (kind == c10::aten::ScalarImplicit && entry(node->input()).is_constant()) {
@@ -335,13 +338,13 @@ class Lowerer {
 
     // Arithmetic on such numbers (a Tensor argument given a number) folds too,
     // into the number of its 0-dim result.
-    bool number_for_tensor = false;
+    // (Only those: other constant-only tensor ops, as in lazy graphs, stay tensors.)
+    bool size_for_tensor = false;
     for (size_t i = 0; schema && i < ins.size() && i < schema->arguments().size(); ++i) {
-      number_for_tensor = number_for_tensor ||
-                          (schema->arguments()[i].type()->kind() == c10::TypeKind::TensorType && !ins[i].is_list &&
-                           (ins[i].constant.isInt() || ins[i].constant.isDouble() || ins[i].constant.isBool()));
+      size_for_tensor = size_for_tensor ||
+                        (ins[i].size && schema->arguments()[i].type()->kind() == c10::TypeKind::TensorType);
     }
-    if (tensor_result && all_constant && number_for_tensor && node->outputs().size() == 1 && node->maybeOperator()) {
+    if (tensor_result && all_constant && size_for_tensor && node->outputs().size() == 1 && node->maybeOperator()) {
       torch::jit::Stack stack;
       for (size_t i = 0; i < ins.size(); ++i) stack.push_back(meta_value(ins[i], schema->arguments()[i].type()));
       try {
@@ -352,6 +355,7 @@ class Lowerer {
       if (stack.back().isTensor() && stack.back().toTensor().dim() == 0) {
         Entry c;
         c.constant = c10::IValue(stack.back().toTensor().item());
+        c.size = true;
         env_[node->output()] = std::move(c);
         return;
       }
