@@ -22,13 +22,16 @@ PASS_LINE = re.compile(r"^(\d+) passed, 0 failed$", re.MULTILINE)
 GiB = 1 << 30
 
 
+TEST_PROGRAMS = ("runtime_test", "graph_test")  # each tests/<name>.cpp, linked with src/*.cpp
+
+
 @pytest.fixture(scope="module")
-def runtime_test(tmp_path_factory):
+def runtime_binaries(tmp_path_factory):
     gxx = shutil.which("g++")
     if gxx is None:
         pytest.skip("g++ not found: cannot build the mydev runtime tests")
     out = tmp_path_factory.mktemp("mydev_runtime")
-    sources = sorted((RUNTIME / "src").glob("*.cpp")) + [RUNTIME / "tests" / "runtime_test.cpp"]
+    sources = sorted((RUNTIME / "src").glob("*.cpp")) + [RUNTIME / "tests" / f"{p}.cpp" for p in TEST_PROGRAMS]
     flags = ["-std=c++17", "-O1", "-pthread", "-I", str(RUNTIME / "include")]
     # Compile translation units in parallel: this is most of the file's runtime.
     jobs = []
@@ -39,14 +42,22 @@ def runtime_test(tmp_path_factory):
     for src, _, proc in jobs:
         _, err = proc.communicate()
         assert proc.returncode == 0, f"compiling {src.name} failed:\n{err}"
-    binary = out / "runtime_test"
-    link = subprocess.run(
-        [gxx, "-pthread", *[str(obj) for _, obj, _ in jobs], "-o", str(binary)],
-        capture_output=True,
-        text=True,
-    )
-    assert link.returncode == 0, f"linking failed:\n{link.stderr}"
-    return binary
+    library = [str(obj) for src, obj, _ in jobs if src.stem not in TEST_PROGRAMS]
+    binaries = {}
+    for program in TEST_PROGRAMS:
+        binaries[program] = out / program
+        link = subprocess.run(
+            [gxx, "-pthread", *library, str(out / f"{program}.o"), "-o", str(binaries[program])],
+            capture_output=True,
+            text=True,
+        )
+        assert link.returncode == 0, f"linking {program} failed:\n{link.stderr}"
+    return binaries
+
+
+@pytest.fixture(scope="module")
+def runtime_test(runtime_binaries):
+    return runtime_binaries["runtime_test"]
 
 
 def run(binary, *args, env=None, timeout=60):
@@ -68,6 +79,13 @@ def test_runtime_suite(runtime_test):
     # 256M keeps the limit-sized allocations of the OOM test small even on a
     # machine with strict overcommit accounting.
     assert_passed(run(runtime_test, env={"MYDEV_MEMORY_LIMIT": "256M"}))
+
+
+@pytest.mark.parametrize("env", [{}, {"MYDEV_LAUNCH_BLOCKING": "1"}, {"MYDEV_STRICT": "1"}],
+                         ids=["default", "launch_blocking", "strict"])
+def test_graph_suite(runtime_binaries, env):
+    """Stream capture and graphs (tests/graph_test.cpp), in each mode that changes how work runs."""
+    assert_passed(run(runtime_binaries["graph_test"], env=env))
 
 
 def test_runtime_suite_with_default_environment(runtime_test):

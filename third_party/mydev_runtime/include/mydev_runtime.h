@@ -59,6 +59,15 @@ typedef enum mydevError {
   mydevErrorLaunchFailure = 8,        /* a launched function reported failure */
   mydevErrorTimingDisabled = 9,       /* elapsed time asked of an event without timing */
   mydevErrorInvalidHostPointer = 10,  /* host side of a copy is device memory, or unknown pinned ptr */
+  /* Stream capture (see "graphs" below), named as CUDA names them: */
+  mydevErrorStreamCaptureUnsupported = 11, /* the call would wait for work a capture records */
+  mydevErrorStreamCaptureInvalidated = 12, /* an earlier error ended the capture's usefulness */
+  mydevErrorStreamCaptureUnjoined = 13,    /* a stream forked from the capture was never joined back */
+  mydevErrorStreamCaptureIsolation = 14,   /* a captured stream waited for work outside the capture */
+  mydevErrorStreamCaptureUnmatched = 15,   /* ending a capture on a stream that did not begin it */
+  mydevErrorStreamCaptureWrongThread = 16, /* ending a thread-local capture from another thread */
+  mydevErrorCapturedEvent = 17,            /* waiting on or querying an event recorded in a capture */
+  mydevErrorIllegalState = 18,             /* capture begun twice, graph launched into a capture */
 } mydevError_t;
 
 MYDEV_API const char* mydevGetErrorName(mydevError_t error);
@@ -309,6 +318,83 @@ MYDEV_API mydevError_t mydevEventElapsedTime(float* ms, mydevEvent_t start, myde
  * current at this call has completed (any device); re-recording the event later
  * does not affect it. A never-recorded or already complete event: no-op. */
 MYDEV_API mydevError_t mydevStreamWaitEvent(mydevStream_t stream, mydevEvent_t event);
+
+/* ---- graphs ----------------------------------------------------------- */
+/* Stream capture, as CUDA's. Between mydevStreamBeginCapture and
+ * mydevStreamEndCapture a stream runs nothing: each launch, async copy and
+ * memset enqueued on it becomes a node of a graph instead (its function,
+ * user_data and label are kept, not called), and the enqueue returns
+ * mydevSuccess. A short or idle-only launch (mydevLaunchShortTask,
+ * mydevStreamBeginCallerTask) is never run at the call on a capturing stream:
+ * idle-only ones return mydevErrorNotReady, so their callers launch instead.
+ *
+ * Other streams join a capture through events, as on CUDA: an event recorded
+ * on a capturing stream records no node but the stream's position in the
+ * graph; a stream that waits for it joins the capture from there (its later
+ * work becomes nodes that depend on that position), and a capturing stream
+ * that waits for an event recorded on a joined stream depends on that
+ * stream's work so far. Every joined stream must be joined back into the
+ * stream that began the capture before it ends (mydevErrorStreamCaptureUnjoined).
+ *
+ * While a capture is active, calls that would wait for captured work fail
+ * with mydevErrorStreamCaptureUnsupported and invalidate the capture (its end
+ * then returns mydevErrorStreamCaptureInvalidated and no graph):
+ * synchronising or running inline on a capturing stream; synchronising or
+ * querying an event recorded during capture (mydevErrorCapturedEvent); a
+ * capturing stream waiting for an incomplete event recorded outside the
+ * capture (mydevErrorStreamCaptureIsolation). In the global and thread-local
+ * modes, mydevDeviceSynchronize, mydevDeviceWaitIdle and the synchronous
+ * mydevMemcpy on the capture's device fail the same way (global: from any
+ * host thread; thread-local: from the thread that began the capture).
+ * Calls from launched functions are never refused. mydevStreamQuery works as
+ * ever (a capturing stream only runs what was queued before the capture).
+ * Capture is refused on a default stream.
+ *
+ * A graph runs as one launch (mydevGraphLaunch): one task on the stream that
+ * runs every node, in the order they were captured (an order that respects
+ * every dependency), on that stream's worker. A failing node is reported as
+ * a failed launch under its own label, and the nodes after it still run. */
+typedef enum mydevStreamCaptureMode {
+  mydevStreamCaptureModeGlobal = 0,
+  mydevStreamCaptureModeThreadLocal = 1,
+  mydevStreamCaptureModeRelaxed = 2,
+} mydevStreamCaptureMode;
+typedef enum mydevStreamCaptureStatus {
+  mydevStreamCaptureStatusNone = 0,
+  mydevStreamCaptureStatusActive = 1,
+  mydevStreamCaptureStatusInvalidated = 2,
+} mydevStreamCaptureStatus;
+typedef struct mydevGraph_st* mydevGraph_t;
+typedef struct mydevGraphExec_st* mydevGraphExec_t;
+/* Destroys what a capture or graph was given to keep (see below). */
+typedef void (*mydevUserObjectDestroy_t)(void* object);
+
+MYDEV_API mydevError_t mydevStreamBeginCapture(mydevStream_t stream, mydevStreamCaptureMode mode);
+/* Ends the capture that `stream` began: *graph receives the graph (or NULL
+ * when it fails: invalidated, unjoined). Every stream of the capture stops
+ * capturing either way. */
+MYDEV_API mydevError_t mydevStreamEndCapture(mydevStream_t stream, mydevGraph_t* graph);
+/* status: None, Active or Invalidated; id (may be NULL): a number unique to
+ * the capture in this process, 0 when not capturing. Never waits. */
+MYDEV_API mydevError_t mydevStreamGetCaptureInfo(mydevStream_t stream, mydevStreamCaptureStatus* status,
+                                                 unsigned long long* id);
+/* Hands `object` to the capture `stream` takes part in: destroy(object) is
+ * called, on the thread that drops the last of them, once the capture failed
+ * or the graph and every executable made from it are destroyed. For the
+ * user_data of captured launches, which replays run again and again. */
+MYDEV_API mydevError_t mydevStreamCaptureRetainObject(mydevStream_t stream, void* object,
+                                                      mydevUserObjectDestroy_t destroy);
+MYDEV_API mydevError_t mydevGraphGetNodeCount(mydevGraph_t graph, size_t* count);
+/* Writes the graph in Graphviz dot: one node per captured launch, copy or
+ * memset (its label), one edge per dependency. */
+MYDEV_API mydevError_t mydevGraphDebugDotPrint(mydevGraph_t graph, const char* path);
+MYDEV_API mydevError_t mydevGraphDestroy(mydevGraph_t graph);
+MYDEV_API mydevError_t mydevGraphInstantiate(mydevGraphExec_t* exec, mydevGraph_t graph);
+/* Enqueues one replay of the graph on `stream` (any stream of the graph's
+ * device, the default one included; not a capturing one). */
+MYDEV_API mydevError_t mydevGraphLaunch(mydevGraphExec_t exec, mydevStream_t stream);
+/* Waits for the executable's enqueued replays, then destroys it. */
+MYDEV_API mydevError_t mydevGraphExecDestroy(mydevGraphExec_t exec);
 
 /* ---- strict mode ------------------------------------------------------ */
 /* With MYDEV_STRICT=1 each device allocation has two addresses for the same

@@ -75,6 +75,11 @@ mydevError_t mydevMemcpy(void* dst, const void* src, size_t count, mydevMemcpyKi
   if (mydevError_t e = validateCopy(dst, src, count, kind, devices, &kdst, &ksrc)) return e;
   if (!onStreamWorker()) {
     const int current = currentDevice();
+    for (int d : {current, devices[0], devices[1]}) {
+      if (d >= 0) {
+        if (mydevError_t e = checkDeviceWait(d)) return e;
+      }
+    }
     waitDeviceIdle(current);
     for (int i = 0; i < 2; ++i) {
       int d = devices[i];

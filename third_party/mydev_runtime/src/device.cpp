@@ -234,11 +234,13 @@ mydevError_t mydevGetDeviceProperties(mydevDeviceProp* prop, int device) {
 
 mydevError_t mydevDeviceSynchronize(void) {
   if (mydevError_t e = ensureInitialized()) return e;
+  if (mydevError_t e = checkDeviceWait(currentDevice())) return e;
   return synchronizeDevice(currentDevice());
 }
 
 mydevError_t mydevDeviceWaitIdle(void) {
   if (mydevError_t e = ensureInitialized()) return e;
+  if (mydevError_t e = checkDeviceWait(currentDevice())) return e;
   waitDeviceIdle(currentDevice());
   return mydevSuccess;
 }

@@ -23,6 +23,21 @@ constexpr ErrorText kErrors[] = {
     {mydevErrorLaunchFailure, "mydevErrorLaunchFailure", "launched function reported failure"},
     {mydevErrorTimingDisabled, "mydevErrorTimingDisabled", "event was created with timing disabled"},
     {mydevErrorInvalidHostPointer, "mydevErrorInvalidHostPointer", "invalid host pointer"},
+    {mydevErrorStreamCaptureUnsupported, "mydevErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {mydevErrorStreamCaptureInvalidated, "mydevErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {mydevErrorStreamCaptureUnjoined, "mydevErrorStreamCaptureUnjoined",
+     "capture ended with a forked stream not joined back into the capturing stream"},
+    {mydevErrorStreamCaptureIsolation, "mydevErrorStreamCaptureIsolation",
+     "dependency created on uncaptured work in another stream"},
+    {mydevErrorStreamCaptureUnmatched, "mydevErrorStreamCaptureUnmatched",
+     "capture was not initiated in this stream"},
+    {mydevErrorStreamCaptureWrongThread, "mydevErrorStreamCaptureWrongThread",
+     "attempt to terminate a thread-local capture sequence from another thread"},
+    {mydevErrorCapturedEvent, "mydevErrorCapturedEvent",
+     "operation not permitted on an event last recorded in a capturing stream"},
+    {mydevErrorIllegalState, "mydevErrorIllegalState", "operation not permitted in the current capture state"},
 };
 
 const ErrorText* find(mydevError_t error) {

@@ -78,6 +78,11 @@ std::shared_ptr<EventMarker> currentMarker(mydevEvent_st& e) {
   return e.last;
 }
 
+bool capturedMarker(EventMarker& m) {
+  std::lock_guard<std::mutex> lock(m.mu);
+  return m.capture_id != 0;
+}
+
 struct EventState {
   bool timing;
   bool recorded;
@@ -154,6 +159,7 @@ mydevError_t mydevEventQuery(mydevEvent_t event) {
   if (mydevError_t e = ensureInitialized()) return e;
   std::shared_ptr<mydevEvent_st> ev;
   if (mydevError_t e = resolveEvent(event, &ev)) return e;
+  if (std::shared_ptr<EventMarker> m = currentMarker(*ev); m && capturedMarker(*m)) return refuseCapturedEvent(*m);
   EventState st = snapshot(*ev);
   // A never-recorded event counts as complete, as in CUDA.
   return (!st.recorded || st.complete) ? mydevSuccess : mydevErrorNotReady;
@@ -165,6 +171,7 @@ mydevError_t mydevEventSynchronize(mydevEvent_t event) {
   if (mydevError_t e = resolveEvent(event, &ev)) return e;
   // Waits for the record current at this call; never recorded: nothing to wait for.
   if (std::shared_ptr<EventMarker> m = currentMarker(*ev)) {
+    if (capturedMarker(*m)) return refuseCapturedEvent(*m);
     drainToRecord(*m);
     waitMarker(*m);
   }
@@ -177,6 +184,10 @@ mydevError_t mydevEventElapsedTime(float* ms, mydevEvent_t start, mydevEvent_t e
   std::shared_ptr<mydevEvent_st> a, b;
   if (mydevError_t e = resolveEvent(start, &a)) return e;
   if (mydevError_t e = resolveEvent(end, &b)) return e;
+  for (const auto* e : {&a, &b}) {
+    std::shared_ptr<EventMarker> m = currentMarker(**e);
+    if (m && capturedMarker(*m)) return mydevErrorCapturedEvent;
+  }
   // Snapshot one at a time: start and end may be the same event.
   EventState sa = snapshot(*a);
   EventState sb = snapshot(*b);
@@ -195,6 +206,7 @@ mydevError_t mydevStreamWaitEvent(mydevStream_t stream, mydevEvent_t event) {
   if (mydevError_t e = resolveEvent(event, &ev)) return e;
   std::shared_ptr<EventMarker> m = currentMarker(*ev);
   if (!m) return mydevSuccess;  // never recorded: nothing to wait for
+  if (capturedMarker(*m) || streamCaptureId(*s) != 0) return captureWait(s, m);
   {
     std::lock_guard<std::mutex> lock(m->mu);
     if (m->done) return mydevSuccess;  // already reached: nothing to order

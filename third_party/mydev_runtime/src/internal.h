@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 // For the few thread-locals every launch reads: initial-exec makes each access
 // one load relative to the thread pointer instead of a call to __tls_get_addr,
@@ -108,6 +109,11 @@ struct EventMarker {
   // enqueued count with the record in it. Set under mu once queued.
   std::weak_ptr<mydevStream_st> stream;
   uint64_t position = 0;
+  // Recorded on a capturing stream (graph.cpp): the capture's id, and the
+  // stream's position in its graph then (the nodes a waiter depends on).
+  // Such a record is never reached: done stays false. Guarded by mu.
+  uint64_t capture_id = 0;
+  std::vector<uint32_t> capture_frontier;
 };
 void completeMarker(EventMarker& m);
 void waitMarker(EventMarker& m);
@@ -207,6 +213,34 @@ class BlockedScope {
  private:
   mydevStream_st* stream_;
 };
+
+// The failure of work the calling thread runs for its stream (a replayed
+// graph's node), reported as a failed launch labelled `label`.
+void recordWorkerFailure(const char* label);
+// Set once process exit has stopped the workers.
+bool runtimeExiting();
+// A stream's capture (graph.cpp): 0 when not capturing; set and cleared by
+// graph.cpp under its lock, read anywhere (one relaxed load on each enqueue).
+uint64_t streamCaptureId(const mydevStream_st& stream);
+void setStreamCaptureId(mydevStream_st& stream, uint64_t id);
+bool isDefaultStream(const mydevStream_st& stream);
+
+// ---- graph.cpp -----------------------------------------------------------
+// Work enqueued on a capturing stream (submitToStream): a launch, copy or
+// memset becomes a node, an event record the stream's position in the graph.
+mydevError_t captureTask(const std::shared_ptr<mydevStream_st>& stream, Task&& task);
+// mydevStreamWaitEvent where the stream is capturing or the event was
+// recorded in a capture: a dependency, or the stream joining the capture.
+mydevError_t captureWait(const std::shared_ptr<mydevStream_st>& stream, const std::shared_ptr<EventMarker>& marker);
+// A host call about to wait for a capturing stream's work (a stream
+// synchronisation, an inline launch): invalidates its capture and returns
+// mydevErrorStreamCaptureUnsupported.
+mydevError_t refuseCapturedWait(const mydevStream_st& stream);
+// A host call about to wait for all of `device`'s streams: refused as above
+// when a global (or this thread's thread-local) capture is active on it.
+mydevError_t checkDeviceWait(int device);
+// mydevEventSynchronize / Query on a record made during a capture.
+mydevError_t refuseCapturedEvent(const EventMarker& marker);
 
 }  // namespace mydev_detail
 

@@ -126,6 +126,9 @@ struct mydevStream_st {
   int priority;
   uint64_t id;
   std::atomic<unsigned> delay_us{0};  // mydevTestSetStreamDelay
+  // The capture the stream takes part in, 0 if none (graph.cpp): while set,
+  // enqueued work becomes graph nodes instead of running.
+  std::atomic<uint64_t> capture_id{0};
 
   std::mutex mu;
   std::condition_variable work_cv;  // the worker waits here for tasks
@@ -801,6 +804,18 @@ void initDefaultStreams() {
 
 bool onStreamWorker() { return t_worker_stream != nullptr; }
 
+bool runtimeExiting() { return g_exiting.load(std::memory_order_relaxed); }
+
+uint64_t streamCaptureId(const S& s) { return s.capture_id.load(std::memory_order_acquire); }
+void setStreamCaptureId(S& s, uint64_t id) { s.capture_id.store(id, std::memory_order_release); }
+
+void recordWorkerFailure(const char* label) {
+  S* s = t_worker_stream;
+  if (!s) return;
+  std::lock_guard<std::mutex> lock(s->mu);
+  recordFailure(*s, label);
+}
+
 BlockedScope::BlockedScope() : stream_(t_worker_stream) {
   if (!stream_) return;
   std::lock_guard<std::mutex> lock(stream_->mu);
@@ -847,6 +862,8 @@ mydevError_t resolveStream(mydevStream_t handle, std::shared_ptr<S>* out) {
 }
 
 int streamDevice(const S& stream) { return stream.device; }
+
+bool isDefaultStream(const S& stream) { return defaultStreamOf(const_cast<S*>(&stream)) != nullptr; }
 
 namespace {
 
@@ -902,6 +919,7 @@ mydevError_t runSynchronously(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
 
 mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   S& s = *sp;
+  if (__builtin_expect(s.capture_id.load(std::memory_order_relaxed) != 0, 0)) return captureTask(sp, std::move(task));
   // Waiting for its own stream from inside one of its tasks would deadlock.
   const bool blocking = config().launch_blocking && t_worker_stream != &s;
   // (Before the tracing below: runSynchronously traces what it runs itself.)
@@ -1195,14 +1213,16 @@ mydevError_t launch(mydevStream_t stream, mydevHostFn_t fn, void* user_data, con
   StreamRef ref;
   if (mydevError_t e = ref.resolve(stream)) return e;
   const std::shared_ptr<S>& s = ref.get();
+  const bool capturing = __builtin_expect(s->capture_id.load(std::memory_order_relaxed) != 0, 0);
+  if (capturing && (flags & mydevLaunchIdleOnly)) return mydevErrorNotReady;  // nothing runs while capturing
   // A short task on an idle stream runs at the call in both modes: under
   // MYDEV_LAUNCH_BLOCKING this is runInStreamOrder's idle case, without its
   // spin and blocked-stream bookkeeping.
-  if ((flags & mydevLaunchShortTask) && t_worker_stream != s.get()) {
+  if ((flags & mydevLaunchShortTask) && t_worker_stream != s.get() && !capturing) {
     mydevError_t rc;
     if (runIfIdle(*s, fn, user_data, label, &rc)) return rc;
   }
-  if (config().launch_blocking && t_worker_stream != s.get()) {
+  if (config().launch_blocking && t_worker_stream != s.get() && !capturing) {
     return runSynchronously(s, fn, user_data, label, mydevActivityKindKernel, 0);
   }
   if (flags & mydevLaunchIdleOnly) return mydevErrorNotReady;
@@ -1316,6 +1336,7 @@ mydevError_t mydevStreamSynchronize(mydevStream_t stream) {
   if (mydevError_t e = ensureInitialized()) return e;
   std::shared_ptr<S> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
+  if (streamCaptureId(*s) != 0 && !onStreamWorker()) return refuseCapturedWait(*s);
   return synchronizeStream(*s);
 }
 
@@ -1366,8 +1387,11 @@ mydevError_t mydevStreamBeginCallerTask(mydevStream_t stream, mydevCallerTask* t
   StreamRef ref;
   if (mydevError_t e = ref.resolve(stream)) return e;
   S& s = *ref.get();
-  // From the stream's own work, it is not idle (it is running that work).
-  if (t_worker_stream == &s || !holdIfIdle(s)) return mydevErrorNotReady;
+  // From the stream's own work, it is not idle (it is running that work);
+  // while it captures, nothing runs.
+  if (t_worker_stream == &s || s.capture_id.load(std::memory_order_relaxed) != 0 || !holdIfIdle(s)) {
+    return mydevErrorNotReady;
+  }
   const bool traced = activityEnabled();
   new (task->opaque) CallerTask{ref.take_reference(), &s,
                                 t_worker_stream, currentDevice(),
@@ -1397,6 +1421,7 @@ mydevError_t mydevLaunchHostFuncInline(mydevStream_t stream, mydevHostFn_t fn, v
   if (!fn) return mydevErrorInvalidValue;
   std::shared_ptr<S> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
+  if (streamCaptureId(*s) != 0 && t_worker_stream != s.get()) return refuseCapturedWait(*s);
   return runInStreamOrder(s, fn, user_data, nullptr, mydevActivityKindKernel, 0);
 }
 

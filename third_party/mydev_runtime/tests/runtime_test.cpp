@@ -19,6 +19,7 @@
 //   runtime_test exit-full           exits while a thread waits for room in a full stream
 #include "mydev_runtime.h"
 #include "mydev_activity.h"
+#include "check.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -43,33 +44,6 @@
 
 namespace {
 
-int g_passed = 0;
-
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    if (cond) {                                                              \
-      ++g_passed;                                                            \
-    } else {                                                                 \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::exit(1);                                                          \
-    }                                                                        \
-  } while (0)
-
-// Like CHECK, but names both errors when they differ.
-#define CHECK_ERR(expr, expected)                                                   \
-  do {                                                                              \
-    mydevError_t got_ = (expr);                                                     \
-    if (got_ == (expected)) {                                                       \
-      ++g_passed;                                                                   \
-    } else {                                                                        \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s returned %s, expected %s\n",    \
-                   __FILE__, __LINE__, #expr, mydevGetErrorName(got_),              \
-                   mydevGetErrorName(expected));                                    \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
-
-#define CHECK_OK(expr) CHECK_ERR(expr, mydevSuccess)
 
 // In a forked child: report by exit status (the parent CHECKs it is 0).
 #define CHILD_CHECK(cond, code) \
