@@ -41,6 +41,7 @@ namespace my_device {
 void init_memory_snapshot_bindings(pybind11::module& m);  // python/MemorySnapshot.cpp
 void init_profiler_bindings(pybind11::module& m);         // profiler/Bindings.cpp
 void init_dlpack_bindings(pybind11::module& m);           // core/DLPack.cpp
+void init_graph_bindings(pybind11::module& m);            // python/Graph.cpp
 
 namespace {
 
@@ -293,6 +294,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   init_memory_snapshot_bindings(m);
   init_profiler_bindings(m);
   init_dlpack_bindings(m);
+  init_graph_bindings(m);
   compiler::init_bindings(m);
   jit::init_bindings(m);
   lazy::init_bindings(m);

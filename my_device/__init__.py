@@ -19,6 +19,7 @@ def _register():
     # this package (autoload, then an explicit import) must not call it again.
     if torch._C._get_privateuse1_backend_name() != _BACKEND:
         torch.utils.rename_privateuse1_backend(_BACKEND)
+    _C._register_graph_impl()  # (under the new name: csrc/core/Graph.cpp)
     if not hasattr(torch, _BACKEND):
         from . import mydev
 

@@ -22,6 +22,7 @@
 #include "MemoryHistory.h"
 #include "MemorySnapshot.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -32,7 +33,9 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <map>
 #include <set>
+#include <thread>
 #include <sstream>
 #include <unordered_map>
 #include <vector>
@@ -56,6 +59,15 @@ constexpr size_t kLargeRound = 2u << 20;     // large segments are whole multipl
 // The pool key of allocations made inside kernels (see above): not a stream,
 // and never passed to the runtime.
 const mydevStream_t kScratch = reinterpret_cast<mydevStream_t>(static_cast<uintptr_t>(1));
+// The pool keys of private pools (Allocator.h): numbers no stream handle (an
+// aligned pointer) or kScratch can be, never passed to the runtime either.
+inline bool is_pool_key(mydevStream_t key) {
+  return (reinterpret_cast<uintptr_t>(key) & 3u) == 2u;
+}
+mydevStream_t new_pool_key() {
+  static std::atomic<uintptr_t> next{1};
+  return reinterpret_cast<mydevStream_t>((next.fetch_add(1) << 2) | 2u);
+}
 
 struct Block {
   c10::DeviceIndex device;
@@ -138,6 +150,7 @@ class DeviceCache {
     const size_t size = round_size(nbytes);
     const bool small = size <= kSmallSize;
     std::unique_lock<std::mutex> lock(mutex_);
+    if (C10_UNLIKELY(!routes_.empty()) && stream != kScratch) stream = route(stream, /*leases_only=*/false);
     if (!pending_.empty()) process_events();
     Block* block = take_binned(stream, size);
     if (block == nullptr) block = carve(size, small, stream, nbytes, context, lock);
@@ -251,7 +264,65 @@ class DeviceCache {
       pending_.push_back({block, std::move(events)});
       return;
     }
+    const mydevStream_t key = block->stream;
     release_block(block);
+    if (C10_UNLIKELY(is_pool_key(key)) && pool_released(key)) release_pool_segments(key);
+  }
+
+  // ---- private pools (Allocator.h) ----
+  void retain_pool(c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pools_.find(id);
+    if (it == pools_.end()) {
+      pools_.emplace(id, PrivatePool{new_pool_key(), 1, false});
+    } else {
+      it->second.released = false;
+      ++it->second.use_count;
+    }
+  }
+
+  void release_pool(c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pools_.find(id);
+    if (it == pools_.end() || it->second.use_count == 0) return;
+    if (--it->second.use_count > 0) return;
+    it->second.released = true;
+    process_events();
+    release_pool_segments(it->second.key);
+  }
+
+  int pool_use_count(c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pools_.find(id);
+    return it == pools_.end() ? 0 : it->second.use_count;
+  }
+
+  void begin_routing(c10::MempoolId_t id, unsigned long long capture_id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pools_.find(id);
+    TORCH_CHECK(it != pools_.end() && !it->second.released, "mydev allocator: no live memory pool ", id.first, ", ",
+                id.second, " on mydev:", static_cast<int>(device_));
+    routes_.push_back(Route{id, it->second.key, capture_id, std::this_thread::get_id()});
+  }
+
+  void end_routing(c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The newest route to the pool from this thread (or for its capture).
+    for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
+      if (it->id == id && (it->capture != 0 || it->thread == std::this_thread::get_id())) {
+        routes_.erase(std::next(it).base());
+        return;
+      }
+    }
+  }
+
+  // Whether a kernel launched on `stream` may lease `ptr`'s block (allocated_for_stream).
+  bool leasable(void* ptr, mydevStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return false;
+    if (C10_UNLIKELY(!routes_.empty())) stream = route(stream, /*leases_only=*/true);
+    return it->second->stream == stream;
   }
 
   void record_stream(Block* block, mydevStream_t stream) {
@@ -534,6 +605,7 @@ class DeviceCache {
     if (in_kernel()) return false;
     std::vector<mydevStream_t> busy;
     for_each_free_segment([&](Pool*, Block* b) {
+      if (is_pool_key(b->stream)) return;  // released with its pool, not waited for
       if (std::find(busy.begin(), busy.end(), b->stream) == busy.end() && !stream_idle(b->stream)) {
         busy.push_back(b->stream);
       }
@@ -571,6 +643,7 @@ class DeviceCache {
     // leased by no kernel still to run (see free_clock).
     const KernelContext* kernel = current_kernel();
     auto releasable = [&](const Block* b) {
+      if (is_pool_key(b->stream)) return pool_released(b->stream);  // its graph may replay until released
       if (kernel != nullptr && kernel->device == device_ && kernel->stream == b->stream &&
           b->freed_at <= kernel->epoch) {
         return true;
@@ -578,18 +651,56 @@ class DeviceCache {
       return is_idle(b->stream);  // else a queued kernel may still use a leased block
     };
     for_each_free_segment([&](Pool* pool, Block* b) {
-      if (!releasable(b)) return;
-      pool->erase(b);
-      segments_.erase(b);
-      trace(TraceEntry::Action::SegmentFree, device_, b->ptr, b->size, b->stream);
-      mydevFree(b->ptr);  // a live allocation cannot fail to free; a forked child ignores it
-      ++stats_.num_device_free;
-      update(stats_.segment, b->small, -1);
-      update(stats_.reserved_bytes, b->small, -static_cast<int64_t>(b->size));
-      released += b->size;
-      delete b;
+      if (releasable(b)) released += free_segment(pool, b);
     });
     return released;
+  }
+
+  // Gives a whole free segment back to the runtime; returns its size.
+  size_t free_segment(Pool* pool, Block* b) {
+    pool->erase(b);
+    segments_.erase(b);
+    trace(TraceEntry::Action::SegmentFree, device_, b->ptr, b->size, b->stream);
+    mydevFree(b->ptr);  // a live allocation cannot fail to free; a forked child ignores it
+    ++stats_.num_device_free;
+    update(stats_.segment, b->small, -1);
+    update(stats_.reserved_bytes, b->small, -static_cast<int64_t>(b->size));
+    const size_t size = b->size;
+    delete b;
+    return size;
+  }
+
+  void release_pool_segments(mydevStream_t key) {
+    for_each_free_segment([&](Pool* pool, Block* b) {
+      if (b->stream == key) free_segment(pool, b);
+    });
+  }
+
+  bool pool_released(mydevStream_t key) const {
+    for (const auto& [id, p] : pools_) {
+      if (p.key == key) return p.released;
+    }
+    return true;  // (a key outlives its pool's entry never: entries are kept)
+  }
+
+  // The key an allocation (or, `leases_only`, a lease) for `stream` uses
+  // while routes are active: the newest route that applies, else the stream.
+  mydevStream_t route(mydevStream_t stream, bool leases_only) {
+    unsigned long long capture = 0;
+    bool asked = false;
+    for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
+      if (it->capture == 0) {
+        if (!leases_only && it->thread == std::this_thread::get_id()) return it->key;
+        continue;
+      }
+      if (!asked) {
+        mydevStreamCaptureStatus status = mydevStreamCaptureStatusNone;
+        mydevStreamGetCaptureInfo(stream, &status, &capture);
+        asked = true;
+      }
+      if (capture == it->capture) return it->key;
+    }
+    return stream;
   }
 
   // Advances the free clock. Only under mutex_, so a plain increment: no
@@ -616,6 +727,19 @@ class DeviceCache {
   DeviceStats stats_;
   double fraction_ = 1.0;
   std::atomic<uint64_t> clock_{0};  // see free_clock; written under mutex_, read without it
+  struct PrivatePool {
+    mydevStream_t key;
+    int use_count;
+    bool released;
+  };
+  std::map<c10::MempoolId_t, PrivatePool> pools_;
+  struct Route {
+    c10::MempoolId_t id;
+    mydevStream_t key;
+    unsigned long long capture;  // 0: the thread's allocations
+    std::thread::id thread;
+  };
+  std::vector<Route> routes_;
 };
 
 // Every allocation, free and kernel launch looks its device's cache up here:
@@ -756,7 +880,10 @@ void free_pinned(void* ptr) {
   mydevFreeHost(ptr);
 }
 
-class PinnedAllocator final : public c10::Allocator {
+// A HostAllocator, so that torch.accelerator's host-memory functions reach it
+// (at::accelerator::emptyHostCache calls the registered one unchecked). It
+// keeps no cache: each block comes from and returns to the runtime.
+class PinnedAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     void* ptr = nullptr;
@@ -771,6 +898,15 @@ class PinnedAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
+  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override {
+    return true;  // copies from pinned memory hold the memory themselves (KernelArgs.h)
+  }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    return {};
+  }
+  void reset_accumulated_stats() override {}
+  void reset_peak_stats() override {}
 };
 
 PinnedAllocator g_pinned_allocator;
@@ -823,9 +959,35 @@ uint64_t free_clock(c10::DeviceIndex device) {
 
 bool allocated_for_stream(const c10::DataPtr& data_ptr, c10::DeviceIndex device, mydevStream_t stream) {
   if (data_ptr.get_deleter() != kFreeOn[device] && data_ptr.get_deleter() != &free_block) return false;
-  const Block* block = cache_for(device).live_block(data_ptr.get());
-  // A segment's blocks all belong to its stream, for as long as it exists.
-  return block != nullptr && block->device == device && block->stream == stream;
+  // A segment's blocks all belong to its stream (or pool), for as long as it exists.
+  return cache_for(device).leasable(data_ptr.get(), stream);
+}
+
+c10::MempoolId_t new_pool_id(bool user_created) {
+  static std::atomic<c10::CaptureId_t> next{1};
+  const c10::CaptureId_t n = next.fetch_add(1);
+  return user_created ? c10::MempoolId_t{n, 0} : c10::MempoolId_t{0, n};
+}
+
+void retain_pool(c10::DeviceIndex device, c10::MempoolId_t id) {
+  cache_for(device).retain_pool(id);
+}
+
+void release_pool(c10::DeviceIndex device, c10::MempoolId_t id) {
+  reap_finished_kernels();  // finished kernels may hold the last references to its tensors
+  cache_for(device).release_pool(id);
+}
+
+int pool_use_count(c10::DeviceIndex device, c10::MempoolId_t id) {
+  return cache_for(device).pool_use_count(id);
+}
+
+void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id, unsigned long long capture_id) {
+  cache_for(device).begin_routing(id, capture_id);
+}
+
+void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id) {
+  cache_for(device).end_routing(id);
 }
 
 bool is_device_pointer(void* ptr) {
@@ -890,6 +1052,7 @@ c10::Allocator* pinned_allocator() {
 }
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator);
+REGISTER_HOST_ALLOCATOR(at::kPrivateUse1, &g_pinned_allocator);
 
 namespace {
 void record_stream_kernel(at::Tensor& self, c10::Stream stream) {

@@ -48,6 +48,28 @@ void set_memory_fraction(double fraction, c10::DeviceIndex device);
 // until work queued there so far has finished (Tensor.record_stream).
 void record_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream);
 
+// Private pools, named by c10::MempoolId_t as CUDA's: a graph's (its
+// captured work's memory, kept for its replays) and torch.mydev.MemPool's.
+// A pool's blocks serve only allocations routed to it, and go back to the
+// runtime only once the pool is released (freed blocks then at once,
+// allocated ones when they are freed).
+// A new id: {n, 0} for one a user asked for (graph_pool_handle, MemPool),
+// {0, n} for one a graph makes itself.
+c10::MempoolId_t new_pool_id(bool user_created);
+// Creates the pool on `device`, or takes one more use of it.
+void retain_pool(c10::DeviceIndex device, c10::MempoolId_t id);
+// Drops one use; at none the pool is released. Only once no work that may
+// still use its memory is queued (a graph's replays have finished).
+void release_pool(c10::DeviceIndex device, c10::MempoolId_t id);
+int pool_use_count(c10::DeviceIndex device, c10::MempoolId_t id);
+// While active, allocations on `device` go to pool `id`: those for streams
+// taking part in runtime capture `capture_id`, or, with capture_id 0, those
+// the calling thread makes (torch.mydev.use_mem_pool). During a capture only
+// the pool's own blocks may be leased by captured kernels (allocated_for_stream):
+// the replays use them in the order the capture did, and nothing else can.
+void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id, unsigned long long capture_id);
+void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id);
+
 // Pinned (page-locked) host memory for fast and asynchronous transfers.
 c10::Allocator* pinned_allocator();
 

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "Device.h"
+#include "Graph.h"
+#include "Stream.h"
 
 namespace my_device {
 namespace {
@@ -66,12 +68,12 @@ class GeneratorImpl final : public c10::GeneratorImpl {
   }
 
   at::Generator next_engine() {
-    uint64_t z = seed_ + 0x9E3779B97F4A7C15ull * (offset_ + 1);  // splitmix64 of (seed, offset)
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    ++offset_;
-    return at::make_generator<at::CPUGeneratorImpl>(z);
+    return at::make_generator<at::CPUGeneratorImpl>(engine_seed(seed_, offset_++));
+  }
+  std::pair<uint64_t, uint64_t> reserve(uint64_t count) {
+    const uint64_t first = offset_;
+    offset_ += count;
+    return {seed_, first};
   }
 
  private:
@@ -86,6 +88,13 @@ class GeneratorImpl final : public c10::GeneratorImpl {
 };
 
 } // namespace
+
+uint64_t engine_seed(uint64_t seed, uint64_t offset) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (offset + 1);  // splitmix64 of (seed, offset)
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
 const at::Generator& default_generator(c10::DeviceIndex device) {
   static std::once_flag once;
@@ -109,8 +118,20 @@ at::Generator make_generator(c10::DeviceIndex device) {
 at::Generator next_engine(const at::Generator& mydev_generator) {
   TORCH_CHECK(mydev_generator.device().type() == kMyDev, "expected a mydev generator, got one for ",
               mydev_generator.device());
+  if (C10_UNLIKELY(capture_underway())) {
+    // Captured: the engine's seed is set at each replay (Graph.h).
+    unsigned long long capture = 0;
+    if (stream_capturing(current_stream_handle(mydev_generator.device().index()), &capture)) {
+      return capture_engine(capture, mydev_generator);
+    }
+  }
   std::lock_guard<std::mutex> lock(mydev_generator.unsafeGetGeneratorImpl()->mutex_);
   return static_cast<GeneratorImpl*>(mydev_generator.unsafeGetGeneratorImpl())->next_engine();
+}
+
+std::pair<uint64_t, uint64_t> reserve_offsets(const at::Generator& mydev_generator, uint64_t count) {
+  std::lock_guard<std::mutex> lock(mydev_generator.unsafeGetGeneratorImpl()->mutex_);
+  return static_cast<GeneratorImpl*>(mydev_generator.unsafeGetGeneratorImpl())->reserve(count);
 }
 
 } // namespace my_device

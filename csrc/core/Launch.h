@@ -27,6 +27,7 @@
 
 #include "Device.h"
 #include "Exception.h"
+#include "Graph.h"
 #include "Stream.h"
 
 // A kernel run at the call (launch_if_idle) sits under every frame between the
@@ -282,6 +283,23 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
   }
   reap_finished_kernels();
   auto* task = new Task(std::forward<F>(body), device, stream, label);
+  if (C10_UNLIKELY(capture_underway()) && stream_capturing(stream)) {
+    // Captured: the graph runs the task at each replay and keeps it until it
+    // is destroyed (on a host thread: the graph's reset).
+    auto replayed = [](void* data) -> int {
+      auto* t = static_cast<Task*>(data);
+      KernelThreadState kernel_state;
+      return run_kernel_body<true>(t->context, t->device, t->label, t->body);
+    };
+    const mydevError_t err = mydevLaunchHostFuncEx(stream, replayed, task, label, 0u);
+    if (err != mydevSuccess) {
+      delete task;
+      finish_launch(device, err);  // raises: the capture was invalidated
+      return;
+    }
+    MYDEV_CHECK(mydevStreamCaptureRetainObject(stream, task, [](void* t) { delete static_cast<Task*>(t); }));
+    return;
+  }
   auto trampoline = [](void* data) -> int {
     auto* t = static_cast<Task*>(data);
     KernelThreadState kernel_state;
@@ -377,6 +395,10 @@ void launch_inline(c10::DeviceIndex device, F&& body) {
   if (closure.error) {
     std::rethrow_exception(closure.error);
   }
+  TORCH_CHECK(err != mydevErrorStreamCaptureUnsupported,
+              "mydev error: operation not permitted when stream is capturing (this op runs on the host, in "
+              "stream order: its output depends on the data, or this is the first call with these argument "
+              "types, whose checks run at the call; run the code once before capturing it)");
   if (err != mydevSuccess) {
     RuntimeDeviceGuard on_device(device);  // see finish_launch
     MYDEV_CHECK(err);

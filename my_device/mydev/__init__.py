@@ -189,11 +189,6 @@ def can_device_access_peer(device: _DeviceLike, peer_device: _DeviceLike) -> boo
     return True
 
 
-def is_current_stream_capturing() -> bool:
-    """Whether the current stream is capturing a graph: never, as mydev has no graph capture."""
-    return False
-
-
 # The error types torch.cuda exports, which are torch's own.
 OutOfMemoryError = torch.OutOfMemoryError
 AcceleratorError = torch.AcceleratorError
@@ -202,6 +197,7 @@ AcceleratorError = torch.AcceleratorError
 from .memory import *  # noqa: E402,F401,F403
 from .random import *  # noqa: E402,F401,F403
 from .streams import *  # noqa: E402,F401,F403
+from .graphs import *  # noqa: E402,F401,F403
 from .storage import *  # noqa: E402,F401,F403  (FloatStorage and its siblings)
 from . import amp  # noqa: E402,F401  (torch.mydev.amp, as torch.cuda.amp)
 

@@ -4,6 +4,7 @@ Sizes are block sizes: requests are rounded up to multiples of 512 bytes, and
 the allocator reserves memory from the runtime in segments (2 MiB for requests
 up to 1 MiB, which several small blocks share; whole multiples of 2 MiB above)."""
 import collections
+import contextlib
 import sys
 from typing import Any, Dict, Optional
 
@@ -15,6 +16,7 @@ __all__ = [
     "mem_get_info", "set_per_process_memory_fraction", "get_per_process_memory_fraction", "memory_snapshot",
     "caching_allocator_alloc", "caching_allocator_delete", "memory_stats_as_nested_dict", "device_memory_used",
     "reset_max_memory_allocated", "memory_cached", "max_memory_cached", "reset_max_memory_cached",
+    "MemPool", "use_mem_pool",
 ]
 
 
@@ -222,3 +224,41 @@ def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
 def memory_snapshot(device=None):
     """The segments of _snapshot(), as torch.cuda.memory_snapshot()."""
     return _snapshot(device)["segments"]
+
+
+class MemPool:
+    """A private memory pool (torch.cuda.MemPool): allocations made under ``use_mem_pool(pool)`` come from
+    it, and its memory serves nothing else. Graphs can capture into it (``pool=mem_pool.id``). Its memory
+    goes back to the device once the pool is dropped and its tensors are freed."""
+
+    def __init__(self, device=None):
+        self._device = _index(device)
+        self._id = _C._mempool_create(self._device)
+
+    @property
+    def id(self):
+        return self._id
+
+    @property
+    def allocator(self):
+        return None  # the device's own allocator (custom allocators are not supported)
+
+    def use_count(self) -> int:
+        return _C._mempool_use_count(self._device, self._id)
+
+    def __del__(self):
+        if getattr(self, "_id", None) is not None and _C is not None:
+            _C._mempool_release(self._device, self._id)
+            self._id = None
+
+
+@contextlib.contextmanager
+def use_mem_pool(pool: MemPool, device=None):
+    """Routes the calling thread's allocations on ``device`` to ``pool`` for the block
+    (torch.cuda.use_mem_pool)."""
+    index = _index(device)
+    _C._begin_allocate_current_thread_to_pool(index, pool.id)
+    try:
+        yield
+    finally:
+        _C._end_allocate_current_thread_to_pool(index, pool.id)

@@ -1,0 +1,384 @@
+"""Device graphs: torch.mydev.MyDevGraph / graph / make_graphed_callables / MemPool, against eager."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import my_device  # noqa: F401
+
+DEV = "mydev"
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+
+
+def _warm_up(fn, iters=3):
+    """Runs fn on a side stream a few times, as CUDA graphs require before capture (lazy state, first-call
+    checks)."""
+    s = torch.mydev.Stream()
+    s.wait_stream(torch.mydev.current_stream())
+    with torch.mydev.stream(s):
+        for _ in range(iters):
+            fn()
+    torch.mydev.current_stream().wait_stream(s)
+    torch.mydev.synchronize()
+
+
+def test_training_step_replayed_equals_eager():
+    """Forward, backward and a capturable AdamW step captured once, replayed with new data copied into the
+    static inputs: five steps equal five eager steps on the CPU."""
+    data = [(torch.randn(4, 16), torch.randn(4, 4)) for _ in range(5)]
+    ref = _model()
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    model = _model().to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=True)
+    static_x = torch.zeros(4, 16, device=DEV)
+    static_y = torch.zeros(4, 4, device=DEV)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss = nn.functional.mse_loss(model(static_x), static_y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    # Warm-up steps change the parameters: train the reference the same way.
+    warm = [(torch.randn(4, 16), torch.randn(4, 4)) for _ in range(3)]
+    warm_iter = iter(warm)
+
+    def warm_step():
+        x, y = next(warm_iter)
+        static_x.copy_(x)
+        static_y.copy_(y)
+        step()
+
+    _warm_up(warm_step)
+    for x, y in warm:
+        ref_opt.zero_grad(set_to_none=False)
+        nn.functional.mse_loss(ref(x), y).backward()
+        ref_opt.step()
+
+    g = torch.mydev.MyDevGraph()
+    with torch.mydev.graph(g):
+        static_loss = step()
+    for x, y in data:
+        static_x.copy_(x)
+        static_y.copy_(y)
+        g.replay()
+        ref_opt.zero_grad(set_to_none=False)
+        ref_loss = nn.functional.mse_loss(ref(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        torch.testing.assert_close(static_loss.cpu(), ref_loss.detach())
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("optimizer", ["Adam", "SGD"])
+def test_capturable_optimizer_step(optimizer):
+    params = [torch.randn(8, 8) for _ in range(3)]
+    grads = [torch.randn(8, 8) for _ in range(3)]
+    kwargs = {"lr": 0.1, "momentum": 0.9} if optimizer == "SGD" else {"lr": 0.1}
+    ref = [p.clone().requires_grad_() for p in params]
+    dev = [p.to(DEV).requires_grad_() for p in params]
+    for p, g in zip(ref, grads):
+        p.grad = g.clone()
+    for p, g in zip(dev, grads):
+        p.grad = g.to(DEV)
+    ref_opt = getattr(torch.optim, optimizer)(ref, **kwargs)
+    opt = getattr(torch.optim, optimizer)(dev, **kwargs, **({"capturable": True} if optimizer == "Adam" else {}))
+    _warm_up(opt.step, iters=1)
+    ref_opt.step()
+    g = torch.mydev.MyDevGraph()
+    with torch.mydev.graph(g):
+        opt.step()
+    for _ in range(3):
+        g.replay()
+        ref_opt.step()
+    for p, q in zip(dev, ref):
+        torch.testing.assert_close(p.detach().cpu(), q.detach())
+
+
+def test_dropout_draws_eager_numbers_at_each_replay():
+    x = torch.ones(64, 64, device=DEV)
+    torch.mydev.manual_seed(123)
+    eager = [nn.functional.dropout(x, 0.5).cpu() for _ in range(3)]
+    eager_randn = torch.randn(5, device=DEV).cpu()
+
+    _warm_up(lambda: nn.functional.dropout(x, 0.5))
+    g = torch.mydev.MyDevGraph()
+    with torch.mydev.graph(g):
+        out = nn.functional.dropout(x, 0.5)
+    torch.mydev.manual_seed(123)
+    for expected in eager:
+        g.replay()
+        torch.testing.assert_close(out.cpu(), expected)
+    # The replays advanced the generator as the eager calls did.
+    torch.testing.assert_close(torch.randn(5, device=DEV).cpu(), eager_randn)
+    assert not torch.equal(eager[0], eager[1])
+
+
+def test_randn_in_graph_with_own_generator():
+    gen = torch.Generator(device=DEV)
+    gen.manual_seed(7)
+    eager = [torch.randn(10, device=DEV, generator=gen).cpu() for _ in range(2)]
+    _warm_up(lambda: torch.randn(10, device=DEV, generator=gen))
+    gen.manual_seed(7)
+    g = torch.mydev.MyDevGraph()
+    with torch.mydev.graph(g):
+        out = torch.randn(10, device=DEV, generator=gen)
+    assert gen.get_offset() == 0  # capturing draws nothing
+    for expected in eager:
+        g.replay()
+        torch.testing.assert_close(out.cpu(), expected)
+    assert gen.get_offset() == 2
+
+
+@pytest.mark.parametrize("what", ["item", "cpu", "synchronize", "nonzero", "print"])
+def test_waiting_during_capture_raises_and_leaves_device_usable(what):
+    x = torch.arange(6.0, device=DEV)
+    before = x * 2
+    _warm_up(lambda: x + 1)
+    g = torch.mydev.MyDevGraph()
+    actions = {
+        "item": lambda: x.sum().item(),
+        "cpu": lambda: x.cpu(),
+        "synchronize": torch.mydev.synchronize,
+        "nonzero": lambda: torch.nonzero(x),
+        "print": lambda: repr(x),
+    }
+    with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing"):
+        with torch.mydev.graph(g):
+            y = x + 1
+            actions[what]()
+    assert not torch.mydev.is_current_stream_capturing()
+    with pytest.raises(RuntimeError, match="without a preceding successful capture"):
+        g.replay()
+    # The device, and its tensors, still work; a new capture works.
+    torch.testing.assert_close(before.cpu(), torch.arange(6.0) * 2)
+    torch.testing.assert_close((x + 1).cpu(), torch.arange(6.0) + 1)
+    g2 = torch.mydev.MyDevGraph()
+    with torch.mydev.graph(g2):
+        y = x + 1
+    g2.replay()
+    torch.testing.assert_close(y.cpu(), torch.arange(6.0) + 1)
+
+
+def test_capture_on_default_stream_refused():
+    g = torch.mydev.MyDevGraph()
+    with pytest.raises(RuntimeError, match="must be captured on a non-default stream"):
+        g.capture_begin()
+    assert not torch.mydev.is_current_stream_capturing()
+
+
+def test_is_current_stream_capturing():
+    x = torch.ones(3, device=DEV)
+    _warm_up(lambda: x * 2)
+    seen = []
+    g = torch.mydev.MyDevGraph()
+    with torch.mydev.graph(g):
+        seen.append(torch.mydev.is_current_stream_capturing())
+        y = x * 2
+    assert seen == [True] and not torch.mydev.is_current_stream_capturing()
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((3,), 2.0))
+
+
+def test_make_graphed_callables_module_with_autograd():
+    """Graphed forward and backward equal eager's, step after step. (Each step starts with no .grad, as in
+    training: the first gradient accumulated into an empty .grad is the graph's static buffer itself, as on
+    CUDA, so gradients are not summed over replays.)"""
+    ref = _model(1)
+    model = _model(1).to(DEV)
+    x = torch.randn(4, 16, requires_grad=True)
+    graphed = torch.mydev.make_graphed_callables(model, (x.to(DEV).detach().requires_grad_(),))
+    for step in range(3):
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        inp = torch.randn(4, 16)
+        a = inp.to(DEV).requires_grad_()
+        b = inp.clone().requires_grad_()
+        out = graphed(a)
+        expected = ref(b)
+        torch.testing.assert_close(out.detach().cpu(), expected.detach(), rtol=1e-5, atol=1e-6)
+        (out * out).sum().backward()
+        (expected * expected).sum().backward()
+        torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-5, atol=1e-6)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_make_graphed_callables_function():
+    def fn(a, b):
+        return (a * b).sin() + a
+
+    a = torch.randn(8, device=DEV, requires_grad=True)
+    b = torch.randn(8, device=DEV, requires_grad=True)
+    graphed = torch.mydev.make_graphed_callables(fn, (a, b))
+    a2, b2 = torch.randn(8), torch.randn(8)
+    ga, gb = a2.to(DEV).requires_grad_(), b2.to(DEV).requires_grad_()
+    ca, cb = a2.clone().requires_grad_(), b2.clone().requires_grad_()
+    graphed(ga, gb).sum().backward()
+    fn(ca, cb).sum().backward()
+    torch.testing.assert_close(ga.grad.cpu(), ca.grad)
+    torch.testing.assert_close(gb.grad.cpu(), cb.grad)
+
+
+def test_make_graphed_callables_is_still_cuda_only_in_pytorch():
+    """torch.mydev.make_graphed_callables runs torch.cuda's with torch.cuda's names bound to torch.mydev's
+    (graphs.py): a device-generic version in PyTorch would replace that."""
+    assert not hasattr(torch.accelerator, "make_graphed_callables")
+
+
+def _two_streams():
+    """Two different side streams (torch.mydev.Stream() hands out a pool's streams in turn, as
+    torch.cuda.Stream() does: two calls may return the same one after the pool wrapped)."""
+    a = torch.mydev.Stream()
+    b = torch.mydev.Stream()
+    while b == a:
+        b = torch.mydev.Stream()
+    return a, b
+
+
+def test_multi_stream_capture():
+    x = torch.randn(32, device=DEV)
+    _warm_up(lambda: (x.sin(), x.cos()))
+    capture, side = _two_streams()
+    g = torch.mydev.MyDevGraph()
+    with torch.mydev.graph(g, stream=capture):
+        a = x * 2
+        side.wait_stream(torch.mydev.current_stream())
+        with torch.mydev.stream(side):
+            b = a.sin()
+        c = a.cos()
+        torch.mydev.current_stream().wait_stream(side)
+        out = b + c
+    x.copy_(torch.linspace(0, 1, 32))
+    g.replay()
+    ref = torch.linspace(0, 1, 32) * 2
+    torch.testing.assert_close(out.cpu(), ref.sin() + ref.cos())
+
+
+def test_unjoined_side_stream_fails_capture():
+    x = torch.randn(32, device=DEV)
+    _warm_up(lambda: x.sin())
+    capture, side = _two_streams()
+    g = torch.mydev.MyDevGraph()
+    with pytest.raises(RuntimeError, match="not joined back"):
+        with torch.mydev.graph(g, stream=capture):
+            side.wait_stream(torch.mydev.current_stream())
+            with torch.mydev.stream(side):
+                x.sin()
+    torch.testing.assert_close(x.sin().cpu(), x.cpu().sin())
+
+
+def test_shared_pool_and_no_leak_after_reset():
+    torch.mydev.synchronize()
+    torch.mydev.empty_cache()
+    base = torch.mydev.memory_reserved()
+    x = torch.randn(256, 256, device=DEV)
+    _warm_up(lambda: (x @ x).relu())
+    torch.mydev.empty_cache()
+    base = torch.mydev.memory_reserved()
+    pool = torch.mydev.graph_pool_handle()
+    g1, g2 = torch.mydev.MyDevGraph(), torch.mydev.MyDevGraph()
+    with torch.mydev.graph(g1, pool=pool):
+        y1 = (x @ x).relu()
+    with torch.mydev.graph(g2, pool=g1.pool()):
+        y2 = (y1 @ x).relu()
+    assert g1.pool() == g2.pool() == pool
+    assert torch.mydev.memory_reserved() > base
+    x.copy_(torch.eye(256))
+    g1.replay()
+    g2.replay()
+    torch.testing.assert_close(y2.cpu(), torch.eye(256))
+    torch.mydev.empty_cache()  # the pool's memory is kept for the replays
+    g1.replay()
+    torch.testing.assert_close(y1.cpu(), torch.eye(256))
+    del y1, y2
+    g1.reset()
+    assert torch.mydev.memory_reserved() > base  # still g2's
+    g2.reset()
+    torch.mydev.empty_cache()
+    assert torch.mydev.memory_reserved() == base
+
+
+def test_accelerator_graph():
+    x = torch.ones(4, device=DEV)
+    _warm_up(lambda: x.add_(1))
+    x.fill_(1)
+    s = torch.Stream(DEV)
+    g = torch.accelerator.Graph()
+    with s, g:
+        x.add_(1)
+    torch.testing.assert_close(x.cpu(), torch.ones(4))  # captured, not run
+    g.replay()
+    g.replay()
+    torch.testing.assert_close(x.cpu(), torch.full((4,), 3.0))
+
+
+def test_debug_dump(tmp_path):
+    x = torch.ones(4, device=DEV)
+    _warm_up(lambda: (x + 1) * 2)
+    g = torch.mydev.MyDevGraph()
+    g.enable_debug_mode()
+    with torch.mydev.graph(g):
+        y = (x + 1) * 2
+    path = tmp_path / "graph.dot"
+    g.debug_dump(str(path))
+    text = path.read_text()
+    assert text.startswith("digraph") and "aten::add" in text and "aten::mul" in text and "->" in text
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((4,), 4.0))
+
+
+def test_kernel_failure_in_replay_reported_at_sync_naming_op():
+    x = torch.ones(4, device=DEV)
+    _warm_up(lambda: x.exp())
+    g = torch.mydev.MyDevGraph()
+    with torch.mydev.graph(g):
+        y = x.exp()
+    my_device._C._test_inject_kernel_failure("aten::exp")
+    g.replay()
+    with pytest.raises(RuntimeError, match="aten::exp"):
+        torch.mydev.synchronize()
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((4,), 2.718281828))
+
+
+def test_mem_pool():
+    torch.mydev.synchronize()
+    torch.mydev.empty_cache()
+    base = torch.mydev.memory_reserved()
+    pool = torch.mydev.MemPool()
+    assert pool.use_count() == 1
+    with torch.mydev.use_mem_pool(pool):
+        a = torch.randn(1024, 1024, device=DEV)
+    b = torch.randn(1024, 1024, device=DEV)
+    reserved = torch.mydev.memory_reserved()
+    del b
+    torch.mydev.empty_cache()
+    assert torch.mydev.memory_reserved() < reserved  # b's memory was not the pool's
+    kept = torch.mydev.memory_reserved()
+    del a
+    torch.mydev.empty_cache()
+    assert torch.mydev.memory_reserved() == kept  # the pool keeps its memory
+    del pool
+    torch.mydev.empty_cache()
+    assert torch.mydev.memory_reserved() == base
+
+
+def test_graphs_under_strict_mode():
+    """The capture, replay and error tests again with MYDEV_STRICT=1 (device memory unreadable by host code)."""
+    env = dict(os.environ, MYDEV_STRICT="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
+         "not strict_mode and not mem_pool and not shared_pool"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
