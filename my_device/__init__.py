@@ -55,6 +55,19 @@ def _register_inductor_launch_op(_module) -> None:
 
 when_imported("torch._inductor", _register_inductor_launch_op)
 
+def _inductor_graphs_hook(name):
+    def install(module) -> None:
+        from .inductor.graphs import HOOKS
+
+        HOOKS[name](module)
+
+    return install
+
+
+# torch.compile(mode="reduce-overhead") replays mydev graphs (inductor/graphs.py).
+for _name in ("torch._inductor.cudagraph_utils", "torch._inductor.output_code", "torch._inductor.compile_fx"):
+    when_imported(_name, _inductor_graphs_hook(_name))
+
 from . import _fake_conv_layout  # noqa: E402
 
 _fake_conv_layout.install()

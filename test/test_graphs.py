@@ -382,3 +382,43 @@ def test_graphs_under_strict_mode():
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_compile_reduce_overhead_replays_mydev_graphs(monkeypatch):
+    """torch.compile(mode="reduce-overhead"): forward and backward graphs captured once, then replayed, with
+    eager's numbers over a few training steps."""
+    replays = []
+    replay = torch.mydev.MyDevGraph.replay
+    monkeypatch.setattr(torch.mydev.MyDevGraph, "replay", lambda self: (replays.append(self), replay(self))[1])
+    torch._dynamo.reset()
+    ref = _model(2)
+    model = _model(2).to(DEV)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        x, y = torch.randn(4, 16), torch.randn(4, 4)
+        loss = nn.functional.mse_loss(compiled(x.to(DEV)), y.to(DEV))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        ref_loss = nn.functional.mse_loss(ref(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        torch.testing.assert_close(loss.detach().cpu(), ref_loss.detach(), rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+    assert len({id(g) for g in replays}) == 2  # one forward graph, one backward graph
+    assert len(replays) >= 2 * 3  # replayed on every step after the capture
+    assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == 0
+    torch._dynamo.reset()
+
+
+def test_inductor_still_refuses_graphs_on_mydev():
+    """inductor/graphs.py makes Inductor accept mydev's graphs; once torch does by itself, drop that."""
+    from torch._inductor import cudagraph_utils
+
+    original = cudagraph_utils.check_multiple_devices_or_any_cpu_nodes._mydev_original
+    assert original({torch.device("mydev", 0): None}) is not None
+    assert cudagraph_utils.check_multiple_devices_or_any_cpu_nodes({torch.device("mydev", 0): None}) is None

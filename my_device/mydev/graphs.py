@@ -103,20 +103,22 @@ class graph:
         return False
 
 
-# torch.cuda.make_graphed_callables is written against torch.cuda by name (torch.cuda.CUDAGraph,
-# torch.cuda.graph, torch.cuda.Stream, torch.is_autocast_enabled() for CUDA) and torch 2.13 has no
-# device-generic version. Its logic (warm-up, one forward and one backward graph per callable, static
-# inputs and gradients, the autograd.Function that replays them) applies to mydev unchanged, so mydev runs
-# PyTorch's own function with those names bound to torch.mydev's. test_graphs.py notices when PyTorch
-# ships a device-generic one.
+# torch.cuda.make_graphed_callables (and Inductor's non-tree cudagraphify_impl, inductor/graphs.py) are
+# written against torch.cuda by name (torch.cuda.CUDAGraph, torch.cuda.graph, torch.cuda.Stream,
+# torch.is_autocast_enabled() for CUDA) and torch 2.13 has no device-generic version. Their logic (warm-up,
+# capture, static inputs and outputs, for make_graphed_callables one forward and one backward graph per
+# callable and the autograd.Function replaying them) applies to mydev unchanged, so mydev runs PyTorch's own
+# functions with those names bound to torch.mydev's. test_graphs.py notices when PyTorch ships
+# device-generic ones.
 class _TorchWithMyDevAsCuda(types.ModuleType):
     def __init__(self):
         super().__init__("torch")
-        from . import Stream, stream, synchronize
+        from . import Stream, current_stream, stream, synchronize
 
         self.cuda = types.SimpleNamespace(
             CUDAGraph=MyDevGraph, graph=graph, Stream=Stream, stream=stream, synchronize=synchronize,
-            graph_pool_handle=graph_pool_handle, make_graphed_callables=make_graphed_callables,
+            current_stream=current_stream, graph_pool_handle=graph_pool_handle,
+            make_graphed_callables=make_graphed_callables,
         )
 
     def __getattr__(self, name):
@@ -125,6 +127,15 @@ class _TorchWithMyDevAsCuda(types.ModuleType):
     @staticmethod
     def is_autocast_enabled(device_type: str = "mydev") -> bool:
         return torch.is_autocast_enabled(device_type)
+
+
+def _with_mydev_as_cuda(function, module, **names):
+    """`function` (of `module`) rebuilt with `torch.cuda` (and `names`) meaning torch.mydev's."""
+    bound = dict(vars(module), torch=_TorchWithMyDevAsCuda(), **names)
+    rebuilt = types.FunctionType(function.__code__, bound, function.__name__, function.__defaults__,
+                                 function.__closure__)
+    rebuilt.__kwdefaults__ = function.__kwdefaults__
+    return rebuilt
 
 
 _graphed_callables_impl = None
@@ -140,10 +151,6 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3, al
     if _graphed_callables_impl is None:
         from torch.cuda import graphs as cuda_graphs
 
-        original = cuda_graphs.make_graphed_callables
-        names = dict(vars(cuda_graphs), torch=_TorchWithMyDevAsCuda(), graph_pool_handle=graph_pool_handle)
-        impl = types.FunctionType(original.__code__, names, original.__name__, original.__defaults__,
-                                  original.__closure__)
-        impl.__kwdefaults__ = original.__kwdefaults__
-        _graphed_callables_impl = impl
+        _graphed_callables_impl = _with_mydev_as_cuda(cuda_graphs.make_graphed_callables, cuda_graphs,
+                                                      graph_pool_handle=graph_pool_handle)
     return _graphed_callables_impl(callables, sample_args, num_warmup_iters, allow_unused_input, pool)

@@ -1,0 +1,93 @@
+"""torch.compile(mode="reduce-overhead") on mydev: Inductor's compiled graphs replayed as mydev graphs.
+
+Three changes to Inductor, installed when its modules are imported (HOOKS), each answering for mydev only:
+- torch._inductor.cudagraph_utils.check_multiple_devices_or_any_cpu_nodes accepts a graph whose one
+  device is a mydev device (torch 2.13 accepts only "cuda", and records "multiple devices: mydev:0" as
+  the reason to skip graphs);
+- torch._inductor.output_code.cudagraph_partition_post_compile (the path taken with graph_partition, the
+  default) hands a mydev graph without partitions to cudagraph_post_compile, which wraps the whole
+  callable: mydev's C++ code generation makes no partitions, and without them graphs were silently
+  skipped;
+- torch._inductor.compile_fx.cudagraphify wraps a callable whose inputs are on mydev with Inductor's own
+  non-tree cudagraphify_impl, run with torch.cuda's names meaning torch.mydev's (mydev/graphs.py). Its
+  cudagraph trees (the default on CUDA) call torch.cuda's allocator and graph internals directly.
+The replayed semantics are therefore those of CUDA with `torch._inductor.config.triton.cudagraph_trees =
+False`: each compiled graph captures on its first call and replays afterwards, returning the same output
+tensors each time (a later call overwrites an earlier call's outputs). test_graphs.py notices when torch
+accepts mydev by itself.
+"""
+import threading
+
+import torch
+
+
+def _on_mydev(inputs) -> bool:
+    return any(isinstance(x, torch.Tensor) and x.device.type == "mydev" for x in inputs)
+
+
+def install_device_check(cudagraph_utils) -> None:
+    original = cudagraph_utils.check_multiple_devices_or_any_cpu_nodes
+    if getattr(original, "_mydev_original", None) is not None:
+        return
+
+    def check_multiple_devices_or_any_cpu_nodes(device_node_mapping):
+        devices = [d for d in device_node_mapping if d.type != "cpu"]
+        if len(devices) == 1 and devices[0].type == "mydev" and torch.device("cpu") not in device_node_mapping:
+            return None
+        return original(device_node_mapping)
+
+    check_multiple_devices_or_any_cpu_nodes._mydev_original = original
+    cudagraph_utils.check_multiple_devices_or_any_cpu_nodes = check_multiple_devices_or_any_cpu_nodes
+
+
+def install_cudagraphify(compile_fx) -> None:
+    original = compile_fx.cudagraphify
+    if getattr(original, "_mydev_original", None) is not None:
+        return
+    from ..mydev.graphs import _with_mydev_as_cuda
+
+    mydev_impl = _with_mydev_as_cuda(compile_fx.cudagraphify_impl, compile_fx)
+
+    def cudagraphify(model, static_input_idxs=(), **kwargs):
+        on_other_devices = original(model, static_input_idxs, **kwargs)
+        state = threading.local()
+
+        def run(new_inputs):
+            fn = getattr(state, "fn", None)
+            if fn is None:
+                if _on_mydev(new_inputs):
+                    from torch._dynamo import utils as dynamo_utils
+
+                    with dynamo_utils.preserve_rng_state():
+                        fn = mydev_impl(model, new_inputs, static_input_idxs)
+                else:
+                    fn = on_other_devices
+                state.fn = fn
+            return fn(new_inputs)
+
+        return run
+
+    cudagraphify._mydev_original = original
+    compile_fx.cudagraphify = cudagraphify
+
+
+def install_whole_graph_path(output_code) -> None:
+    original = output_code.cudagraph_partition_post_compile
+    if getattr(original, "_mydev_original", None) is not None:
+        return
+
+    def cudagraph_partition_post_compile(example_inputs, compiled_graph, *args, **kwargs):
+        if "mydev" in compiled_graph.device_types and not compiled_graph.partition_maps:
+            return output_code.cudagraph_post_compile(example_inputs, compiled_graph, *args, **kwargs)
+        return original(example_inputs, compiled_graph, *args, **kwargs)
+
+    cudagraph_partition_post_compile._mydev_original = original
+    output_code.cudagraph_partition_post_compile = cudagraph_partition_post_compile
+
+
+# Module imported -> what to install then (my_device/__init__.py registers them with when_imported).
+HOOKS = {
+    "torch._inductor.cudagraph_utils": install_device_check,
+    "torch._inductor.output_code": install_whole_graph_path,
+    "torch._inductor.compile_fx": install_cudagraphify,
+}
