@@ -40,7 +40,7 @@ void init_bindings(pybind11::module& parent);  // distributed/Bindings.cpp
 namespace my_device {
 void init_memory_snapshot_bindings(pybind11::module& m);  // python/MemorySnapshot.cpp
 void init_profiler_bindings(pybind11::module& m);         // profiler/Bindings.cpp
-void init_dlpack_bindings(pybind11::module& m);           // core/DLPack.cpp
+void init_dlpack_bindings(pybind11::module& m);           // python/DLPack.cpp
 void init_graph_bindings(pybind11::module& m);            // python/Graph.cpp
 
 namespace {

@@ -43,7 +43,7 @@
 #include "Device.h"
 #include "Exception.h"
 #include "Stream.h"
-#include "../profiler/KernelMemory.h"
+#include "KernelDebugInfo.h"
 
 namespace my_device {
 
@@ -773,7 +773,7 @@ inline DeviceCache& cache_for(c10::DeviceIndex device) {
 // torch.profiler(profile_memory=True): each allocation and free, with the
 // device's totals after it. The profiler keeps its state per thread: a stream
 // worker running a kernel reports under the state of the thread running the
-// device profile (profiler/KernelMemory.h).
+// device profile (KernelDebugInfo.h).
 void report_to_profiler(void* ptr, int64_t delta, c10::DeviceIndex device) {
   const DeviceStats stats = cache_for(device).stats();
   c10::reportMemoryUsageToProfiler(ptr, delta, static_cast<size_t>(stats.allocated_bytes[0].current),

@@ -10,7 +10,9 @@
 // long as any tensor over that storage lives, and code that tells mydev
 // tensors by their TensorImpl (shallow copies, `.data =`, detach, the queue)
 // sees one of its own.
-#include <torch/extension.h>
+#include "DLPack.h"
+
+#include <ATen/core/Tensor.h>
 
 #include <typeinfo>
 
@@ -33,13 +35,6 @@ at::Tensor as_mydev_tensor(const at::Tensor& t) {
   out.unsafeGetTensorImpl()->_set_neg(t.is_neg());
   out.set_requires_grad(t.requires_grad());
   return out;
-}
-
-void init_dlpack_bindings(py::module& m) {
-  m.def("_as_mydev_tensor", &as_mydev_tensor,
-        "A mydev tensor whose TensorImpl is not mydev's (from at::from_blob: DLPack) re-homed in a "
-        "MyDevTensorImpl over the same storage; any other tensor as it is.");
-  m.def("_is_mydev_tensor_impl", &is_mydev_tensor_impl, "Whether the tensor's TensorImpl is MyDevTensorImpl.");
 }
 
 } // namespace my_device

@@ -28,7 +28,7 @@
 #include <string>
 
 #include "../core/Device.h"
-#include "KernelMemory.h"
+#include "../core/KernelDebugInfo.h"
 #include "KernelTrace.h"
 
 namespace my_device {

@@ -1,5 +1,9 @@
 #pragma once
-// Memory events of allocations made inside kernels running on stream workers.
+// The thread-local debug info kernels on stream workers run under: how the
+// memory events of allocations made inside kernels reach a profile.
+//
+// (In core, not profiler/: the allocator reads it, and the profiler's Kineto
+// session, a layer above, sets it.)
 //
 // PyTorch's profiler keeps its state in the profiling thread's thread-local
 // debug info (c10::ThreadLocalDebugInfo, PROFILER_STATE), and the allocator

@@ -1,4 +1,4 @@
-#include "KernelMemory.h"
+#include "KernelDebugInfo.h"
 
 #include <c10/core/Allocator.h>
 
