@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "Device.h"
+#include "Event.h"
 #include "Exception.h"
 #include "Stream.h"
 #include "KernelDebugInfo.h"
@@ -250,15 +251,10 @@ class DeviceCache {
       streams.swap(block->used_on);
       block->awaiting_free = true;
       lock.unlock();
-      std::vector<mydevEvent_t> events;
+      std::vector<Event> events;
       for (mydevStream_t s : streams) {
-        mydevEvent_t e = nullptr;
-        if (mydevEventCreateWithFlags(&e, mydevEventDisableTiming) != mydevSuccess) continue;
-        if (mydevEventRecord(e, s) == mydevSuccess) {
-          events.push_back(e);
-        } else {
-          mydevEventDestroy(e);
-        }
+        std::optional<Event> e = Event::try_create();
+        if (e && e->record(s) == mydevSuccess) events.push_back(std::move(*e));
       }
       lock.lock();
       pending_.push_back({block, std::move(events)});
@@ -564,14 +560,13 @@ class DeviceCache {
   void process_events() {
     for (auto it = pending_.begin(); it != pending_.end();) {
       bool done = true;
-      for (mydevEvent_t e : it->second) {
-        if (mydevEventQuery(e) == mydevErrorNotReady) done = false;
+      for (const Event& e : it->second) {
+        if (e.query() == mydevErrorNotReady) done = false;
       }
       if (!done) {
         ++it;
         continue;
       }
-      for (mydevEvent_t e : it->second) mydevEventDestroy(e);
       release_block(it->first);
       it = pending_.erase(it);
     }
@@ -617,10 +612,8 @@ class DeviceCache {
       // stream's pending kernel error from the caller's next synchronisation.
       RuntimeDeviceGuard on_device(device_);
       for (mydevStream_t s : busy) {
-        mydevEvent_t e = nullptr;
-        if (mydevEventCreateWithFlags(&e, mydevEventDisableTiming) != mydevSuccess) continue;
-        if (mydevEventRecord(e, s) == mydevSuccess) mydevEventSynchronize(e);
-        mydevEventDestroy(e);
+        std::optional<Event> e = Event::try_create();
+        if (e && e->record(s) == mydevSuccess) e->synchronize();
       }
     }
     lock.lock();
@@ -721,7 +714,7 @@ class DeviceCache {
   ska::flat_hash_map<void*, Block*> live_;
   Pool small_, large_;
   std::set<Block*, std::less<>> segments_;  // the first block of each segment the runtime gave
-  std::vector<std::pair<Block*, std::vector<mydevEvent_t>>> pending_;
+  std::vector<std::pair<Block*, std::vector<Event>>> pending_;
   std::vector<StreamBins> bins_;  // see bin()
   size_t binned_ = 0;
   DeviceStats stats_;

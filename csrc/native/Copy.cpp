@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "hostkernel/HostKernel.h"
+#include "core/Event.h"
 #include "core/KernelArgs.h"
 
 namespace my_device {
@@ -50,19 +51,13 @@ bool is_pinned_host(const at::Tensor& t) {
 // stream has queued (it may still be writing the source), and before what that
 // stream queues next (which may overwrite it).
 void barrier(c10::DeviceIndex waited, c10::DeviceIndex waiting) {
-  mydevEvent_t event = nullptr;
-  MYDEV_CHECK(mydevEventCreateWithFlags(&event, mydevEventDisableTiming));
-  mydevError_t err;
+  const Event event;
   {
     RuntimeDeviceGuard on_device(waited);
-    err = mydevEventRecord(event, current_stream_handle(waited));
+    MYDEV_CHECK(event.record(current_stream_handle(waited)));
   }
-  if (err == mydevSuccess) {
-    RuntimeDeviceGuard on_device(waiting);
-    err = mydevStreamWaitEvent(current_stream_handle(waiting), event);
-  }
-  mydevEventDestroy(event);  // (the wait holds what it waits for)
-  MYDEV_CHECK(err);
+  RuntimeDeviceGuard on_device(waiting);
+  MYDEV_CHECK(mydevStreamWaitEvent(current_stream_handle(waiting), event.get()));
 }
 
 // One runtime copy of the dense bytes of src into dst. Device-to-device copies,
