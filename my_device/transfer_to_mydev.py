@@ -250,8 +250,9 @@ def _patch_torch_cuda():
     import torch.cuda.amp
 
     mydev = torch.mydev
+    renamed = {"CUDAGraph": "MyDevGraph"}
     for name in torch.cuda.__all__:
-        target = getattr(mydev, name, None)
+        target = getattr(mydev, renamed.get(name, name), None)
         if target is None or name == "amp" or isinstance(target, type(sys)):
             continue
         if inspect.isfunction(target):
@@ -262,7 +263,7 @@ def _patch_torch_cuda():
         elif target is mydev.Stream:
             target = _stream_type()
         setattr(torch.cuda, name, target)
-        _redirected[f"torch.cuda.{name}"] = f"torch.mydev.{name}"
+        _redirected[f"torch.cuda.{name}"] = f"torch.mydev.{renamed.get(name, name)}"
     # The module object stays the one `from torch.cuda.amp import X` finds in sys.modules.
     for name in torch.mydev.amp.__all__:
         setattr(torch.cuda.amp, name, getattr(torch.mydev.amp, name))
@@ -634,7 +635,7 @@ def redirections() -> dict:
 
 
 def not_redirected() -> list:
-    """The public torch.cuda names left as they are (CUDA-only: graphs, NCCL, NVTX, jiterator...)."""
+    """The public torch.cuda names left as they are (CUDA-only: NCCL, NVTX, jiterator...)."""
     return sorted(f"torch.cuda.{n}" for n in torch.cuda.__all__
                   if f"torch.cuda.{n}" not in _redirected and n != "amp")
 

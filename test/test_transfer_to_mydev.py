@@ -184,6 +184,19 @@ dist.all_reduce(x, group=group)
 facts["all_reduce"] = x.tolist()
 dist.destroy_process_group()
 torch.cuda.empty_cache()
+# A CUDA graph as CUDA code writes it: a warmed-up step captured on a side stream, replayed.
+static = torch.zeros(8, device="cuda")
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    (static * 2 + 1).relu()
+torch.cuda.current_stream().wait_stream(side)
+cuda_graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(cuda_graph):
+    graph_out = (static * 2 + 1).relu()
+static.copy_(torch.arange(8.0))
+cuda_graph.replay()
+facts["cuda_graph"] = [type(cuda_graph).__name__, graph_out.device.type, graph_out.tolist()]
 facts["redirections"] = sorted(t.redirections())
 facts["not_redirected"] = t.not_redirected()
 print(json.dumps(facts))
@@ -218,7 +231,10 @@ def test_each_redirection(python_subprocess):
     assert f["all_reduce"] == [1.0, 1.0, 1.0]
     assert "torch.cuda.synchronize" in f["redirections"] and "torch.cuda.memory_allocated" in f["redirections"]
     # CUDA-only APIs are left alone (documented in docs/transfer-to-mydev.md).
-    assert "torch.cuda.graph" in f["not_redirected"] and "torch.cuda.nvtx" in f["not_redirected"]
+    assert "torch.cuda.nvtx" in f["not_redirected"] and "torch.cuda.jiterator" in f["not_redirected"]
+    assert f["cuda_graph"] == ["MyDevGraph", "mydev", [2.0 * i + 1 for i in range(8)]]
+    for name in ("graph", "CUDAGraph", "make_graphed_callables", "graph_pool_handle", "MemPool", "use_mem_pool"):
+        assert f"torch.cuda.{name}" in f["redirections"], name
 
 
 def test_unmapped_device_arguments_are_untouched(python_subprocess):
