@@ -48,7 +48,8 @@ def _parse(argv):
                    "test_view_ops.py,nn/test_dropout.py (default: the eleven of pytorch_suite.DEFAULT_FILES)")
     p.add_argument("--ops", help="comma-separated OpInfo names or full names (default: all of op_db)")
     p.add_argument("--modules", help="--suite modules: comma-separated module names, e.g. nn.LSTM (default: all)")
-    p.add_argument("--dtypes", help="comma-separated dtypes, e.g. float32,int64 (default: all the CPU supports)")
+    p.add_argument("--dtypes", help="comma-separated dtypes, e.g. float32,int64 (default: all the CPU supports); "
+                   "with --suite pytorch: only the tests instantiated for them")
     p.add_argument("--tests", help="comma-separated test names, e.g. test_forward,test_backward (default: all)")
     p.add_argument("--module", help="the pytest module to run (default: test/test_conformance.py, or "
                    "test/test_modules.py for --suite modules)")

@@ -556,6 +556,12 @@ def run_file(tests_dir, rel_file, args, tmp):
             err += " (a test file newer than torch may need its import lines patched)"
         return {"error": err}, []
     cpu_sel, dev_sel, not_generic = select(cpu_ids, dev_ids, rel_file)
+    if args.dtypes:
+        # Only tests instantiated for these dtypes (the name's last part): a file's slice that runs in
+        # minutes, e.g. test_ops.py TestCommon in float32.
+        suffixes = tuple("_" + d.strip() for d in args.dtypes.split(",") if d.strip())
+        cpu_sel = [i for i in cpu_sel if i.endswith(suffixes)]
+        dev_sel = [i for i in dev_sel if i.endswith(suffixes)]
     print(f"{rel_file}: {len(cpu_sel)} CPU tests, {len(dev_sel)} {DEVICE} tests"
           f" ({not_generic} not device-generic, not run)", flush=True)
     results = {}
@@ -604,7 +610,7 @@ def main(args, argv):
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "torch": torch.__version__, "pytorch_tests": tests_dir, "pytorch_tests_version": source_version,
             "command": "python -m my_device.conformance " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "files": rel_files, "batch_size": args.batch_size, "timeout": args.timeout,
+            "files": rel_files, "batch_size": args.batch_size, "timeout": args.timeout, "dtypes": args.dtypes,
             "minutes": round((time.monotonic() - start) / 60, 1), "notes": notes}
     totals, regressions, improvements = write(args.out, meta, files, rows, args.baseline)
     print(f"total: mydev passes {totals['mydev_passes_of_cpu_passes']}/{totals['cpu_passes']} of the CPU's passes "
