@@ -195,3 +195,34 @@ def test_a_traced_module_that_reads_its_input_shape_lowers():
     traced = torch.jit.trace(block, x)
     lowered = mj.to_mydev(traced, (x.to("mydev"),))
     torch.testing.assert_close(lowered(x.to("mydev")).cpu(), block(x))
+
+
+def test_a_traced_nanogpt_style_block_lowers():
+    """A nanoGPT-style block, traced: shape reads, head sizes computed from them (`C // n_head`, a number the
+    trace records as a tensor), split, views and transposes, causal scaled_dot_product_attention, layer norms,
+    gelu and residuals. Lowered with to_mydev, it equals eager on the CPU."""
+
+    class Block(nn.Module):
+        def __init__(self, C=32, n_head=4):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.attn, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fc2 = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            self.n_head = n_head
+
+        def forward(self, x):
+            B, T, C = x.size()
+            q, k, v = self.attn(self.ln1(x)).split(C, dim=2)
+            q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+            return x + self.fc2(nn.functional.gelu(self.fc(self.ln2(x))))
+
+    torch.manual_seed(0)
+    block = Block().eval()
+    x = torch.randn(2, 8, 32)
+    lowered = mj.to_mydev(torch.jit.trace(block, x), (x.to("mydev"),))
+    with torch.no_grad():
+        torch.testing.assert_close(lowered(x.to("mydev")).cpu(), block(x), rtol=1e-5, atol=1e-5)

@@ -25,6 +25,7 @@ struct Entry {
   int value = -1;         // program value id
   bool scalar = false;    // a 0-dim tensor standing for a Scalar (aten::ScalarImplicit of a program value)
   bool size = false;      // a number a trace made a tensor (prim::NumToTensor), or computed from such
+  at::Tensor traced_number;  // a 0-dim CPU constant (a Python number a trace recorded as a tensor: `C // 4`)
   at::Tensor meta;        // when value >= 0
   c10::IValue constant;   // when value < 0 and !is_list
   bool is_list = false;
@@ -244,6 +245,7 @@ class Lowerer {
         Entry e = new_value(v->toTensor(), -1);
         constant_ids_.push_back(e.value);
         out_.constants.push_back(v->toTensor());
+        if (v->toTensor().dim() == 0 && v->toTensor().device().is_cpu()) e.traced_number = v->toTensor();
         env_[node->output()] = std::move(e);
       } else {
         Entry e;
@@ -319,8 +321,6 @@ class Lowerer {
     const c10::FunctionSchema* schema = node->maybeSchema();
     std::vector<Entry> ins;
     for (const Value* v : node->inputs()) ins.push_back(entry(v));
-    bool all_constant = true;
-    for (const Entry& e : ins) all_constant = all_constant && e.is_constant();
     std::optional<c10::OperatorHandle> op = schema ? dispatcher_op(*schema) : std::nullopt;
     const bool tensor_result = [&] {
       for (const Value* o : node->outputs()) {
@@ -339,14 +339,20 @@ class Lowerer {
     // Arithmetic on such numbers (a Tensor argument given a number) folds too,
     // into the number of its 0-dim result.
     // (Only those: other constant-only tensor ops, as in lazy graphs, stay tensors.)
+    // The other operands may be numbers the trace recorded as tensors (`C // 4`).
     bool size_for_tensor = false;
+    bool foldable = true;
     for (size_t i = 0; schema && i < ins.size() && i < schema->arguments().size(); ++i) {
       size_for_tensor = size_for_tensor ||
                         (ins[i].size && schema->arguments()[i].type()->kind() == c10::TypeKind::TensorType);
+      foldable = foldable && (ins[i].is_constant() || ins[i].traced_number.defined());
     }
-    if (tensor_result && all_constant && size_for_tensor && node->outputs().size() == 1 && node->maybeOperator()) {
+    if (tensor_result && foldable && size_for_tensor && node->outputs().size() == 1 && node->maybeOperator()) {
       torch::jit::Stack stack;
-      for (size_t i = 0; i < ins.size(); ++i) stack.push_back(meta_value(ins[i], schema->arguments()[i].type()));
+      for (size_t i = 0; i < ins.size(); ++i) {
+        stack.push_back(ins[i].traced_number.defined() ? c10::IValue(ins[i].traced_number)
+                                                       : meta_value(ins[i], schema->arguments()[i].type()));
+      }
       try {
         node->getOperation()(stack);
       } catch (const std::exception& e) {
