@@ -7,6 +7,8 @@
 
 #include <dlfcn.h>
 
+#include <mydev_emulator.h>  // the strict-mode query, test hooks, the wait behind settings
+
 #include <atomic>
 #include <chrono>
 #include <thread>

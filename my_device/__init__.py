@@ -10,6 +10,7 @@ import torch
 from . import _C  # loads the runtime and registers every kernel
 from ._C import fallback_counts, impl_type_name, reset_fallback_counts
 from .fallbacks import track_fallbacks
+from ._patches import patches
 
 _BACKEND = "mydev"
 
@@ -20,6 +21,13 @@ def _register():
     if torch._C._get_privateuse1_backend_name() != _BACKEND:
         torch.utils.rename_privateuse1_backend(_BACKEND)
     _C._register_graph_impl()  # (under the new name: csrc/core/Graph.cpp)
+    from . import _patches
+
+    _patches.record(
+        "autograd: multithreading_enabled off on each thread that uses a mydev stream (csrc/core/AutogradThread.cpp)",
+        why="the engine's per-device thread only added two thread hand-offs per backward, since mydev's kernels "
+            "are queued anyway (MYDEV_AUTOGRAD_DEVICE_THREADS=1 keeps torch's default)",
+        test="test_autograd_thread.py::test_engine_still_sends_privateuse1_nodes_to_its_device_thread")
     if not hasattr(torch, _BACKEND):
         from . import mydev
 

@@ -16,6 +16,8 @@ import functools
 import torch
 from torch.nn.parallel import comm
 
+from . import _patches
+
 DEVICE = "mydev"
 
 
@@ -123,12 +125,13 @@ def _wrap(name, mine, tensors_of):
             return mine(*args, **kwargs)
         return original(*args, **kwargs)
 
-    wrapper._mydev_original = original
-    setattr(comm, name, wrapper)
+    _patches.replace(comm, name, wrapper, target=f"torch.nn.parallel.comm.{name}",
+                     why="it calls bindings only CUDA builds have, so nn.DataParallel failed on mydev",
+                     test="test_data_parallel.py::test_cpu_torch_still_lacks_the_comm_bindings")
 
 
 def install():
-    if getattr(comm.scatter, "_mydev_original", None) is not None:
+    if getattr(comm.scatter, "_torch_original", None) is not None:
         return
     first = lambda tensor, *args, **kwargs: [tensor]  # noqa: E731
     listed = lambda tensors, *args, **kwargs: list(tensors)  # noqa: E731

@@ -40,7 +40,7 @@ import enum
 
 import torch
 
-from . import _C
+from . import _C, _patches
 
 _BACKEND = "mydev"
 
@@ -87,22 +87,18 @@ def install() -> None:
 def _install_from_dlpack() -> None:
     # torch.from_dlpack and torch.utils.dlpack.from_dlpack look `torch._C._from_dlpack` up at each call.
     original = torch._C._from_dlpack
-    if getattr(original, "_mydev_patch", False):
-        return
 
     def _from_dlpack(capsule):
         return _C._as_mydev_tensor(original(capsule))
 
     _from_dlpack.__doc__ = original.__doc__
-    _from_dlpack._mydev_patch = True
-    _from_dlpack._torch_original = original
-    torch._C._from_dlpack = _from_dlpack
+    _patches.replace(torch._C, "_from_dlpack", _from_dlpack, target="torch._C._from_dlpack",
+                     why="torch's importer builds a plain TensorImpl for any device: imports are re-homed in a MyDevTensorImpl",
+                     test="test_dlpack.py::test_torch_still_imports_a_plain_tensor_impl")
 
 
 def _install_dlpack() -> None:
     original = torch.Tensor.__dlpack__
-    if getattr(original, "_mydev_patch", False):
-        return
 
     def __dlpack__(self, *, stream=-1, max_version=None, dl_device=None, copy=None):
         if self.device.type == _BACKEND and not torch.overrides.has_torch_function_unary(self):
@@ -111,15 +107,13 @@ def _install_dlpack() -> None:
         return original(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     __dlpack__.__doc__ = original.__doc__
-    __dlpack__._mydev_patch = True
-    __dlpack__._torch_original = original
-    torch.Tensor.__dlpack__ = __dlpack__
+    _patches.replace(torch.Tensor, "__dlpack__", __dlpack__, target="torch.Tensor.__dlpack__",
+                     why="torch orders the consumer's stream for CUDA tensors only",
+                     test="test_dlpack.py::test_torch_does_not_order_renamed_backend_streams")
 
 
 def _install_dlpack_device() -> None:
     original = torch.Tensor.__dlpack_device__
-    if getattr(original, "_mydev_patch", False):
-        return
 
     def __dlpack_device__(self) -> "tuple[enum.IntEnum, int]":
         # Subclasses with __torch_function__ and every other device: PyTorch's own answer.
@@ -128,9 +122,9 @@ def _install_dlpack_device() -> None:
         return original(self)
 
     __dlpack_device__.__doc__ = original.__doc__
-    __dlpack_device__._mydev_patch = True
-    __dlpack_device__._torch_original = original
-    torch.Tensor.__dlpack_device__ = __dlpack_device__
+    _patches.replace(torch.Tensor, "__dlpack_device__", __dlpack_device__, target="torch.Tensor.__dlpack_device__",
+                     why="torch recognises the PrivateUse1 backend only by the name privateuse1",
+                     test="test_dlpack.py::test_torch_still_rejects_renamed_backend")
 
 
 def torch_original_dlpack_device():

@@ -37,4 +37,11 @@ def drain_autograd_device_threads():
 
 
 def install():
+    from . import _patches
+
     atexit.register(drain_autograd_device_threads)
+    _patches.record(
+        "atexit: one backward per initialised device", why="torch's autograd device thread keeps the last "
+        "GraphTask, with a Python context, until its next task; dropped during interpreter finalisation it "
+        "aborted the process (matters when backward runs on the engine's device threads)",
+        test="test_device.py::test_backward_still_stashes_a_python_context")

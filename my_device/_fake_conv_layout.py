@@ -34,4 +34,11 @@ def _determine_backend_memory_format(input, weight, backend):
 
 
 def install() -> None:
-    torch._C._conv_determine_backend_memory_format = _determine_backend_memory_format
+    from . import _patches
+
+    _patches.replace(
+        torch._C, "_conv_determine_backend_memory_format", _determine_backend_memory_format,
+        target="torch._C._conv_determine_backend_memory_format",
+        why="for an out-of-tree device it always says contiguous, while mydev's convolution returns channels-last "
+            "for channels-last inputs: compiled code read outputs with the wrong strides",
+        test="test_aoti.py::test_fake_conv_layout_workaround_still_needed")

@@ -63,3 +63,10 @@ def when_imported(name: str, callback) -> None:
         _pending.setdefault(name, []).append(callback)
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
+    from . import _patches
+
+    _patches.record(
+        "sys.meta_path: an import hook (my_device._import_hooks)", why="registrations that must wait for a "
+        "torch module's import (Dynamo's device interface, Inductor's graphs, jagged attention): importing "
+        "those modules at `import my_device` would cost every eager user about a second",
+        test="test_inductor.py::test_dynamo_device_interface_workaround_still_needed")

@@ -159,5 +159,10 @@ def _apply(self, fn, recurse=True):
 
 def install():
     """Makes nn.Module conversions keep Parameters across mydev (idempotent)."""
-    if torch.nn.Module._apply is not _apply:
-        torch.nn.Module._apply = _apply
+    from . import _patches
+
+    _patches.replace(
+        torch.nn.Module, "_apply", _apply, target="torch.nn.Module._apply",
+        why="torch keeps a Parameter across a conversion only when _has_compatible_shallow_copy_type holds, "
+            "which excludes PrivateUse1: ties and optimizers broke on .to('mydev')",
+        test="test_module_conversion.py::test_torch_still_excludes_privateuse1_from_shallow_copy")

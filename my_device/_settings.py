@@ -12,13 +12,11 @@ and torch.set_deterministic_debug_mode look up at each call.
 """
 import torch
 
-from . import _C
+from . import _C, _patches
 
 
 def install() -> None:
     original = torch._C._set_deterministic_algorithms
-    if getattr(original, "_mydev_patch", False):
-        return
 
     def _set_deterministic_algorithms(mode, *args, **kwargs):
         changes = (bool(mode) != torch._C._get_deterministic_algorithms()
@@ -29,6 +27,10 @@ def install() -> None:
         return original(mode, *args, **kwargs)
 
     _set_deterministic_algorithms.__doc__ = original.__doc__
-    _set_deterministic_algorithms._mydev_patch = True
-    _set_deterministic_algorithms._torch_original = original
-    torch._C._set_deterministic_algorithms = _set_deterministic_algorithms
+    _patches.replace(
+        torch._C, "_set_deterministic_algorithms", _set_deterministic_algorithms,
+        target="torch._C._set_deterministic_algorithms",
+        why="CPU kernels read the mode when they run, so a kernel queued before a change would follow the new "
+            "mode: a change waits for queued work",
+        test="none (a consequence of queued execution): test_checks_at_call.py::"
+             "test_a_put_queued_before_deterministic_mode_is_turned_on_runs_as_launched checks the behaviour")

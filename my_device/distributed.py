@@ -17,7 +17,7 @@ import functools
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _patches
 
 BACKEND = "mccl"
 DEVICE = "mydev"
@@ -69,7 +69,7 @@ def _fix_default_backend(pg):
 def _install_default_backend_fix():
     c10d = dist.distributed_c10d
     original = c10d._new_process_group_helper
-    if getattr(original, "_mccl_original", None) is not None:
+    if getattr(original, "_torch_original", None) is not None:
         return
 
     @functools.wraps(original)
@@ -78,8 +78,12 @@ def _install_default_backend_fix():
         _fix_default_backend(pg)
         return pg, prefix_store
 
-    new_process_group_helper._mccl_original = original
-    c10d._new_process_group_helper = new_process_group_helper
+    _patches.replace(
+        c10d, "_new_process_group_helper", new_process_group_helper,
+        target="torch.distributed.distributed_c10d._new_process_group_helper",
+        why="a group created without a backend gets the default type gloo unless it uses NCCL, and DDP's "
+            "constructor then fails with a plugin backend: a group whose only backend is mccl gets it as default",
+        test="test_distributed.py::test_torch_still_needs_the_default_backend_fix")
 
 
 _register()

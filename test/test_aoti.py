@@ -406,9 +406,9 @@ def test_backend_name_workaround_still_needed():
     import my_device.inductor.backend as backend
 
     backend.register()
-    assert getattr(utils.get_current_backend, "_mydev_workaround", False)
+    assert getattr(utils.get_current_backend, "_torch_original", None) is not None
     assert utils.get_current_backend("mydev") == "cpp"
-    assert utils.get_current_backend._original("mydev") != "cpp"
+    assert utils.get_current_backend._torch_original("mydev") != "cpp"
 
 
 def test_precompiled_header_workaround_still_needed():
@@ -422,7 +422,7 @@ def test_precompiled_header_workaround_still_needed():
     import my_device.inductor.backend as backend
 
     backend.register()
-    original = codecache._get_cpp_wrapper_header._original
+    original = codecache._get_cpp_wrapper_header._torch_original
     header = original("mydev", aot_mode=True)
     include = os.path.join(os.path.dirname(torch.__file__), "include")
     assert not os.path.exists(os.path.join(include, header)), header

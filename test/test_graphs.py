@@ -439,6 +439,6 @@ def test_inductor_still_refuses_graphs_on_mydev():
     """inductor/graphs.py makes Inductor accept mydev's graphs; once torch does by itself, drop that."""
     from torch._inductor import cudagraph_utils
 
-    original = cudagraph_utils.check_multiple_devices_or_any_cpu_nodes._mydev_original
+    original = cudagraph_utils.check_multiple_devices_or_any_cpu_nodes._torch_original
     assert original({torch.device("mydev", 0): None}) is not None
     assert cudagraph_utils.check_multiple_devices_or_any_cpu_nodes({torch.device("mydev", 0): None}) is None

@@ -111,8 +111,8 @@ def test_scheduler_cpu_check_workaround_still_needed():
     backend.register()  # installs the workaround
 
     patched = BaseSchedulerNode.is_cpu
-    assert getattr(patched, "_mydev_workaround", False)
-    BaseSchedulerNode.is_cpu = patched._original
+    assert getattr(patched, "_torch_original", None) is not None
+    BaseSchedulerNode.is_cpu = patched._torch_original
     try:
         model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)).to(DEV)
         x = torch.randn(4, 8, device=DEV)

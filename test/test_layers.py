@@ -4,6 +4,7 @@ runtime (third_party/mydev_runtime) <- csrc/core <- the other csrc folders <- cs
 Module.cpp. A lower layer includes nothing of a higher one, only the bindings include pybind11, and csrc
 reaches the runtime through its public headers only.
 """
+import json
 import re
 from pathlib import Path
 
@@ -73,3 +74,50 @@ def test_nothing_includes_the_bindings():
             folder = _csrc_folder_of(include, source)
             if folder == "python":
                 raise AssertionError(f"{source.relative_to(ROOT)} includes {include}")
+
+
+# The integration files that use the emulator's own calls (mydev_emulator.h): the seams a port to real
+# hardware rewrites (docs/porting.md). A new one belongs in that list, and in the porting guide.
+EMULATOR_SEAMS = {"core/Launch.h", "core/Allocator.cpp", "native/hostkernel/HostCall.cpp", "Module.cpp"}
+
+
+def test_emulator_calls_stay_in_the_seams():
+    users = {str(p.relative_to(CSRC)) for p in _sources(CSRC) if "mydev_emulator.h" in _includes(p)}
+    assert users == EMULATOR_SEAMS
+    emulator = (RUNTIME / "include" / "mydev_emulator.h").read_text()
+    names = set(re.findall(r"MYDEV_API [^(]*?\b(mydev\w+)\(", emulator))
+    assert "mydevKernelAddress" in names and "mydevLaunchHostFuncEx" in names
+    for source in _sources(CSRC):
+        if str(source.relative_to(CSRC)) in EMULATOR_SEAMS:
+            continue
+        text = source.read_text()
+        used = sorted(n for n in names if re.search(rf"\b{n}\b", text))
+        assert not used, f"{source.relative_to(ROOT)} calls {used} of mydev_emulator.h"
+
+
+def test_every_patch_of_torch_is_listed_with_its_reason_and_test(python_subprocess):
+    """my_device.patches() lists each change to torch (my_device/_patches.py) with why it is needed and the
+    test that notices when it no longer is; that test exists; docs/torch-patches.md names it; and each
+    replaced attribute still holds the patch, with torch's original reachable."""
+    script = r'''
+import json, my_device, torch
+import torch._inductor.compile_fx, torch._inductor.output_code, torch._inductor.cudagraph_utils
+import torch.nested._internal.ops
+from my_device.inductor import backend
+import my_device.distributed
+backend.register()
+torch.nn.parallel.DataParallel
+print(json.dumps(my_device.patches()))
+'''
+    result = python_subprocess(script)
+    assert result.returncode == 0, result.stderr
+    patches = json.loads(result.stdout.strip().splitlines()[-1])
+    docs = (ROOT / "docs" / "torch-patches.md").read_text()
+    assert len(patches) >= 20
+    for p in patches:
+        assert p["why"] and p["test"], p
+        target = p["target"].split(" ")[0].rstrip(":")
+        if p["kind"] == "replaced":
+            assert f"`{target}`" in docs or target.rsplit(".", 1)[0] in docs, target
+        file, name = re.search(r"(\w+\.py)::(\w+)", p["test"]).groups()
+        assert re.search(rf"def {name}\b", (ROOT / "test" / file).read_text()), p["test"]

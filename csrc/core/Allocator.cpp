@@ -18,6 +18,8 @@
 // A scratch block is never leased, so once freed nothing uses it and any
 // kernel may take it.
 #include "Allocator.h"
+
+#include <mydev_emulator.h>  // kernel addresses (allocate_for_kernel)
 #include "Launch.h"
 #include "MemoryHistory.h"
 #include "MemorySnapshot.h"

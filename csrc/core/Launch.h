@@ -16,6 +16,7 @@
 //   (host kernels). Its exception propagates directly.
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
+#include <mydev_emulator.h>  // kernels are host functions: a port rewrites this file
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <exception>

@@ -4,6 +4,8 @@ per-device workaround."""
 import functools
 
 import torch
+
+from .. import _patches
 from torch._inductor.codegen.common import register_device_op_overrides
 from torch._inductor.codegen.cpp import CppScheduling
 
@@ -41,35 +43,28 @@ def _patch_scheduler_cpu_checks() -> None:
     # once torch stops needing this.
     from torch._inductor.scheduler import BaseSchedulerNode
 
-    original = BaseSchedulerNode.is_cpu
-    if getattr(original, "_mydev_workaround", False):
-        return
-
     def is_cpu(self) -> bool:
         return _is_cpp_codegen_node(self)
 
-    is_cpu._mydev_workaround = True
-    is_cpu._original = original
-    BaseSchedulerNode.is_cpu = is_cpu
+    _patches.replace(
+        BaseSchedulerNode, "is_cpu", is_cpu, target="torch._inductor.scheduler.BaseSchedulerNode.is_cpu",
+        why="three scheduler checks skip nodes whose device is 'cpu' (CppScheduling's node groups differ from "
+            "the SIMD backends'); they test the device type, not the backend: true for mydev nodes",
+        test="test_inductor.py::test_scheduler_cpu_check_workaround_still_needed")
 
 
-def _wrap(module, name: str, for_mydev) -> None:
-    """Replaces module.name by a function that answers `for_mydev(original,
-    *args)` (or the original's answer when that returns None); the original
-    stays reachable as `_original` for the tests that check the workaround is
-    still needed."""
+def _wrap(module, name: str, for_mydev, why: str, test: str) -> None:
+    """Replaces module.name by a function that answers `for_mydev(*args)` (or the original's answer when
+    that returns None), through _patches."""
     original = getattr(module, name)
-    if getattr(original, "_mydev_workaround", False):
-        return
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         answer = for_mydev(*args, **kwargs)
         return original(*args, **kwargs) if answer is None else answer
 
-    wrapper._mydev_workaround = True
-    wrapper._original = original
-    setattr(module, name, wrapper)
+    del wrapper.__wrapped__  # (functools.wraps; _torch_original is the one reference kept)
+    _patches.replace(module, name, wrapper, target=f"{module.__name__}.{name}", why=why, test=test)
 
 
 @functools.cache
@@ -98,7 +93,10 @@ def _patch_backend_name() -> None:
         return "cpp" if device_type == "mydev" else None
 
     for module in (utils, common, scheduler):
-        _wrap(module, "get_current_backend", for_mydev)
+        _wrap(module, "get_current_backend", for_mydev,
+              why="every device type it does not list gets 'triton'; the C++ vectorizer then failed on index "
+                  "expressions: 'cpp' for mydev",
+              test="test_aoti.py::test_backend_name_workaround_still_needed")
 
 
 @functools.cache
@@ -119,7 +117,10 @@ def _patch_precompiled_header_names() -> None:
         )
 
     for name in ("_get_cpp_wrapper_header", "_get_cpp_prefix_header"):
-        _wrap(codecache, name, cpu_for_mydev(getattr(codecache, name)))
+        _wrap(codecache, name, cpu_for_mydev(getattr(codecache, name)),
+              why="the precompiled header is named after the device type (aoti_include/mydev.h does not exist); "
+                  "mydev's wrapper and kernels are host C++ that include CPU's headers",
+              test="test_aoti.py::test_precompiled_header_workaround_still_needed")
 
 
 @functools.cache

@@ -20,6 +20,10 @@ import threading
 
 import torch
 
+from .. import _patches
+
+_WHY_TEST = "test_graphs.py::test_inductor_still_refuses_graphs_on_mydev"
+
 
 def _on_mydev(inputs) -> bool:
     return any(isinstance(x, torch.Tensor) and x.device.type == "mydev" for x in inputs)
@@ -27,8 +31,6 @@ def _on_mydev(inputs) -> bool:
 
 def install_device_check(cudagraph_utils) -> None:
     original = cudagraph_utils.check_multiple_devices_or_any_cpu_nodes
-    if getattr(original, "_mydev_original", None) is not None:
-        return
 
     def check_multiple_devices_or_any_cpu_nodes(device_node_mapping):
         devices = [d for d in device_node_mapping if d.type != "cpu"]
@@ -36,14 +38,14 @@ def install_device_check(cudagraph_utils) -> None:
             return None
         return original(device_node_mapping)
 
-    check_multiple_devices_or_any_cpu_nodes._mydev_original = original
-    cudagraph_utils.check_multiple_devices_or_any_cpu_nodes = check_multiple_devices_or_any_cpu_nodes
+    _patches.replace(cudagraph_utils, "check_multiple_devices_or_any_cpu_nodes", check_multiple_devices_or_any_cpu_nodes,
+                     target="torch._inductor.cudagraph_utils.check_multiple_devices_or_any_cpu_nodes",
+                     why="it accepts only 'cuda' and gives 'multiple devices: mydev:0' as the reason to skip graphs",
+                     test=_WHY_TEST)
 
 
 def install_cudagraphify(compile_fx) -> None:
     original = compile_fx.cudagraphify
-    if getattr(original, "_mydev_original", None) is not None:
-        return
     from ..mydev.graphs import _with_mydev_as_cuda
 
     mydev_impl = _with_mydev_as_cuda(compile_fx.cudagraphify_impl, compile_fx)
@@ -67,22 +69,25 @@ def install_cudagraphify(compile_fx) -> None:
 
         return run
 
-    cudagraphify._mydev_original = original
-    compile_fx.cudagraphify = cudagraphify
+    _patches.replace(compile_fx, "cudagraphify", cudagraphify, target="torch._inductor.compile_fx.cudagraphify",
+                     why="cudagraph trees and cudagraphify_impl call torch.cuda by name: mydev callables get "
+                         "Inductor's non-tree cudagraphify_impl with torch.cuda's names meaning torch.mydev's",
+                     test=_WHY_TEST)
 
 
 def install_whole_graph_path(output_code) -> None:
     original = output_code.cudagraph_partition_post_compile
-    if getattr(original, "_mydev_original", None) is not None:
-        return
 
     def cudagraph_partition_post_compile(example_inputs, compiled_graph, *args, **kwargs):
         if "mydev" in compiled_graph.device_types and not compiled_graph.partition_maps:
             return output_code.cudagraph_post_compile(example_inputs, compiled_graph, *args, **kwargs)
         return original(example_inputs, compiled_graph, *args, **kwargs)
 
-    cudagraph_partition_post_compile._mydev_original = original
-    output_code.cudagraph_partition_post_compile = cudagraph_partition_post_compile
+    _patches.replace(output_code, "cudagraph_partition_post_compile", cudagraph_partition_post_compile,
+                     target="torch._inductor.output_code.cudagraph_partition_post_compile",
+                     why="with graph_partition (the default) a graph without partitions skips graphs silently, and "
+                         "mydev's C++ code generation makes none",
+                     test=_WHY_TEST)
 
 
 # Module imported -> what to install then (my_device/__init__.py registers them with when_imported).

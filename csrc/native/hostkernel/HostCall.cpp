@@ -1,5 +1,7 @@
 #include "HostCall.h"
 
+#include <mydev_emulator.h>  // CPU kernels reach device memory at its kernel address
+
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/CPUAllocator.h>
 

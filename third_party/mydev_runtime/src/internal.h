@@ -4,6 +4,7 @@
 #define MYDEV_RUNTIME_INTERNAL_H
 
 #include "mydev_runtime.h"
+#include "mydev_emulator.h"
 #include "mydev_activity.h"
 
 #include <condition_variable>

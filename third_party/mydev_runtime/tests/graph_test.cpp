@@ -1,6 +1,7 @@
 // Tests of stream capture and graphs (mydev_runtime.h, "graphs"). Built and
 // run by test/test_runtime.py like runtime_test.cpp, as a binary of its own.
 #include "mydev_runtime.h"
+#include "mydev_emulator.h"
 #include "check.h"
 
 #include <unistd.h>

@@ -18,6 +18,7 @@
 //   runtime_test queue-depth         launch queue limit (needs a small MYDEV_LAUNCH_QUEUE_DEPTH)
 //   runtime_test exit-full           exits while a thread waits for room in a full stream
 #include "mydev_runtime.h"
+#include "mydev_emulator.h"
 #include "mydev_activity.h"
 #include "check.h"
 

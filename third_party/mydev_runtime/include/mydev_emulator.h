@@ -1,0 +1,146 @@
+/*
+ * mydev_emulator.h: what only the emulated device offers, beyond the driver API
+ * of mydev_runtime.h.
+ *
+ * On the emulator a kernel is a host function run by a stream's worker thread
+ * on host-addressable device memory. These calls serve that model: launching
+ * with flags that let a short kernel run at the call, the calling thread
+ * running a task itself, inline launches in stream order, kernel addresses and
+ * strict mode, the launch-blocking query, a wait that leaves errors pending,
+ * and a test hook. A real driver has no counterpart for them; a port does not
+ * implement this header but rewrites the integration files that include it
+ * (docs/porting.md lists them: csrc/core/Launch.h, csrc/core/Allocator.cpp,
+ * csrc/native/hostkernel/HostCall.cpp, csrc/Module.cpp).
+ */
+#ifndef MYDEV_EMULATOR_H
+#define MYDEV_EMULATOR_H
+
+#include "mydev_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- waits ------------------------------------------------------------ */
+/* Waits as mydevDeviceSynchronize does, but leaves pending launch failures for
+ * the next synchronisation (as CUDA's stay sticky): for a host that must know
+ * earlier work has run, without taking its errors (a change of a setting that
+ * kernels read when they run). */
+MYDEV_API mydevError_t mydevDeviceWaitIdle(void);
+
+/* ---- launches --------------------------------------------------------- */
+/* The same, with flags. mydevLaunchShortTask says fn is short (a kernel over a
+ * few thousand elements): when the stream is idle (nothing queued or running,
+ * no test delay) the runtime may run it at once on the calling thread, in
+ * stream order, instead of handing it to the worker. For a short task the
+ * hand-off costs more than the task, and its cost depends on where the two
+ * threads run (see stream.cpp). Everything else is as for a queued launch: a
+ * failure is the stream's sticky error, reported by the next synchronisation,
+ * and the launch returns mydevSuccess. */
+#define mydevLaunchShortTask 0x1u
+/* With mydevLaunchShortTask: run fn on the calling thread if the stream is
+ * idle, and otherwise enqueue nothing and return mydevErrorNotReady. For
+ * callers whose fn reads the caller's own arguments, which a queued task could
+ * not (they would build a task that holds its own copies instead). Ignored
+ * under MYDEV_LAUNCH_BLOCKING, where every launch runs at the call. */
+#define mydevLaunchIdleOnly 0x2u
+MYDEV_API mydevError_t mydevLaunchHostFuncEx(mydevStream_t stream, mydevHostFn_t fn, void* user_data,
+                                             const char* label, unsigned int flags);
+/* Nonzero when MYDEV_LAUNCH_BLOCKING=1, where every launch, copy and memset
+ * runs at the call: a caller that would build a task holding its own copies of
+ * its arguments (for a worker to run later) may run the work over them. */
+MYDEV_API int mydevLaunchBlocking(void);
+/* A short task the calling thread runs itself, without a function pointer:
+ * mydevStreamBeginCallerTask takes the stream if it is idle (as
+ * mydevLaunchShortTask | mydevLaunchIdleOnly would run fn), the caller runs the
+ * task, and mydevStreamEndCallerTask completes it. In between, the caller is
+ * the stream's work as a launched function is (the stream's device is current,
+ * work it enqueues on the stream runs after it, synchronising the stream does
+ * not wait for it), and it must end the task on the same thread. For callers
+ * whose task runs under a deep call chain of its own, where every frame above
+ * it (a launch's, a trampoline's) costs several times what it costs elsewhere.
+ * Begin returns mydevErrorNotReady, and begins nothing, if the stream is busy
+ * (or the caller is the stream's own work). End reports `failed` (non-zero) as
+ * a short task's failure: the stream's sticky error, and also its return value
+ * under MYDEV_LAUNCH_BLOCKING. The struct is the runtime's; callers only
+ * provide its storage. */
+typedef struct mydevCallerTask {
+  unsigned long long opaque[8];
+} mydevCallerTask;
+MYDEV_API mydevError_t mydevStreamBeginCallerTask(mydevStream_t stream, mydevCallerTask* task);
+MYDEV_API mydevError_t mydevStreamEndCallerTask(mydevCallerTask* task, int failed, const char* label);
+
+/* Runs fn now, on the calling thread, in stream order: after all work already
+ * enqueued on the stream has run, while the stream's worker waits (work
+ * enqueued meanwhile runs after fn). fn runs as a launched function would: the
+ * stream's device is the current device, and it reaches device memory through
+ * mydevKernelAddress. For
+ * work whose results the host needs at once (e.g. kernels whose output sizes
+ * depend on the data). Returns mydevErrorLaunchFailure if fn fails, without
+ * setting the stream's sticky error: the caller already has the failure.
+ * Inside fn the rules for launched functions apply (synchronising the stream
+ * does not wait for fn; work fn enqueues on the stream runs after it). */
+MYDEV_API mydevError_t mydevLaunchHostFuncInline(mydevStream_t stream, mydevHostFn_t fn, void* user_data);
+
+/* TEST ONLY, not for production code: makes the stream's worker sleep this
+ * many microseconds before starting each task (0 turns it off), so tests can
+ * observe asynchrony deterministically. */
+MYDEV_API mydevError_t mydevTestSetStreamDelay(mydevStream_t stream, unsigned microseconds);
+
+/* ---- strict mode ------------------------------------------------------ */
+/* With MYDEV_STRICT=1 each device allocation has two addresses for the same
+ * bytes. Its device address (what mydevMalloc returns, what every runtime call
+ * takes, what the integration stores in tensors) is PROT_NONE for the
+ * allocation's whole life: any thread that dereferences it, a launched
+ * function included, gets SIGSEGV, reported with the address and allocation
+ * ("host code accessed device memory at ...") before the process aborts. This
+ * holds while kernels and copies run, so host reads of device memory are
+ * caught even when the device is never idle. Its kernel address is a second,
+ * read-write mapping of the same memory: launched functions (and inline
+ * functions) read and write device memory only through it, and the runtime's
+ * copies and memsets use it internally. Outside strict mode the two are equal
+ * and translating costs one branch.
+ *
+ * Kernel addresses are host memory to the rest of the API: reported by
+ * mydevPointerGetAttributes as mydevMemoryTypeUnregistered, not accepted by
+ * mydevFree, rejected as the device side of a copy or memset
+ * (mydevErrorInvalidDevicePointer: runtime calls take device addresses), and
+ * accepted as the host side (a kernel may copy device memory into its own
+ * kernel view). The last is strict mode only: elsewhere a kernel address is
+ * the device address, and the copy fails with mydevErrorInvalidHostPointer,
+ * so portable code copies between device ranges with device addresses and
+ * mydevMemcpyDeviceToDevice. A kernel address is valid exactly as long as its
+ * allocation. After mydevFree both addresses stay reserved (inaccessible, no
+ * memory) until 256 more allocations have been freed: an access through
+ * either faults and is reported as a use after free ("freed device memory
+ * accessed at ..."); later the ranges are unmapped and may be reused. Host code
+ * could read device memory through a kernel address too: by convention only
+ * launched and inline functions translate.
+ *
+ * A child forked after allocating (already unable to use the runtime) inherits
+ * neither mapping in strict mode: touching either address there faults, and
+ * the child can neither see nor change the parent's device memory. */
+MYDEV_API int mydevStrictMode(void); /* nonzero when MYDEV_STRICT=1 */
+/* Device address -> the kernel address of the same byte. ptr may point
+ * anywhere inside a live device allocation or one past its requested size;
+ * anything else (NULL, host or pinned memory, freed memory, the page-rounding
+ * tail) is returned unchanged, and so is every pointer outside strict mode.
+ * One past the end always translates to one past the end of the kernel view
+ * (no other mapping starts there), so begin and end pointers may be translated
+ * separately. A kernel address is never also a device address, so a kernel
+ * address is returned unchanged (the call is idempotent). Thread safe (a lock
+ * and a map lookup in strict mode); never
+ * initialises the runtime; returns ptr unchanged in a child forked after
+ * initialisation. */
+MYDEV_API void* mydevKernelAddress(const void* ptr);
+/* The inverse: kernel address (inside a live allocation's kernel view, or one
+ * past its requested size) -> device address; anything else unchanged, as is
+ * every pointer outside strict mode; idempotent likewise.
+ * mydevDeviceAddress(mydevKernelAddress(p)) == p for every p inside a live
+ * device allocation or one past its end. */
+MYDEV_API void* mydevDeviceAddress(const void* ptr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MYDEV_EMULATOR_H */
