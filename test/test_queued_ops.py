@@ -630,6 +630,15 @@ def test_zeroing_other_tensors_and_other_fills_keep_cpu_results():
     torch.testing.assert_close(d.add(1).cpu(), x.add(1))
 
 
+@pytest.mark.parametrize("value", [0, 1, 2 ** 63, 2 ** 64 - 1])
+def test_unsigned_64_bit_fills_take_every_value_the_cpu_takes(value):
+    """uint64 values past int64's range fill as on the CPU (test_ops.py's out= tests fill with the maximum)."""
+    for make in (lambda d: torch.zeros(5, dtype=torch.uint64, device=d).fill_(value),
+                 lambda d: torch.full_like(torch.zeros(5, dtype=torch.uint64, device=d), value),
+                 lambda d: torch.full((2, 3), value, dtype=torch.uint64, device=d)):
+        assert torch.equal(make("mydev").cpu(), make("cpu"))
+
+
 FILLS = {
     "fill_": lambda t, v: t.fill_(v),
     "fill_ strided": lambda t, v: t[:, ::2].fill_(v),

@@ -104,7 +104,8 @@ at::Tensor& zero_(at::Tensor& self) {
 // All bytes zero: +0 (not -0.0, whose sign bit is set), false, 0j.
 bool is_all_zero_bits(const at::Scalar& value) {
   if (value.isBoolean()) return !value.toBool();
-  if (value.isIntegral(/*includeBool=*/false)) return value.toLong() == 0;
+  // (An unsigned 64-bit value may not fit toLong: uint64's maximum.)
+  if (value.isIntegral(/*includeBool=*/false)) return value.isUnsigned() ? value.toUInt64() == 0 : value.toLong() == 0;
   if (value.isFloatingPoint()) return value.toDouble() == 0.0 && !std::signbit(value.toDouble());
   if (value.isComplex()) {
     const auto z = value.toComplexDouble();

@@ -115,9 +115,9 @@ std::optional<at::Tensor> number_as(const at::Scalar& s, at::ScalarType dtype) {
   }
   at::Tensor t = at::detail::empty_cpu({}, dtype);
   if (dtype == at::kFloat) {
-    *t.data_ptr<float>() = s.isIntegral(false) ? static_cast<float>(s.toLong()) : static_cast<float>(s.toDouble());
+    *t.data_ptr<float>() = s.isIntegral(false) ? (s.isUnsigned() ? static_cast<float>(s.toUInt64()) : static_cast<float>(s.toLong())) : static_cast<float>(s.toDouble());
   } else {
-    *t.data_ptr<double>() = s.isIntegral(false) ? static_cast<double>(s.toLong()) : s.toDouble();
+    *t.data_ptr<double>() = s.isIntegral(false) ? (s.isUnsigned() ? static_cast<double>(s.toUInt64()) : static_cast<double>(s.toLong())) : s.toDouble();
   }
   t.unsafeGetTensorImpl()->set_wrapped_number(true);
   return t;
