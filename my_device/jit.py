@@ -47,8 +47,29 @@ def to_mydev_selective(module, example_inputs, submodules):
 
 
 def enable():
-    """Turns on transparent mode for every TorchScript graph optimized from now on."""
+    """Turns on transparent mode for every TorchScript graph optimized from now on, and for those optimized
+    before: every live scripted function and module method is re-optimized at its next call."""
+    if not _C._jit.fusion_enabled():
+        _flush_optimized_graphs()
     _C._jit.enable_fusion(True)
+
+
+def _flush_optimized_graphs():
+    # TorchScript optimizes a function once and keeps the plan (its executor is shared by every instance of
+    # a scripted class), so a class run before transparent mode was on would never get its groups. The only
+    # handle on those plans is each function's _debug_flush_compilation_cache; the live functions are found
+    # among the interpreter's objects (by type, which reads no attribute of theirs).
+    import gc
+
+    for obj in gc.get_objects():
+        kind = type(obj)
+        if issubclass(kind, torch.jit.ScriptFunction):
+            obj._debug_flush_compilation_cache()
+        elif issubclass(kind, torch.jit.RecursiveScriptModule):
+            for name in obj._c._method_names():
+                flush = getattr(getattr(obj, name, None), "_debug_flush_compilation_cache", None)
+                if flush is not None:  # (a Python override of a method has none)
+                    flush()
 
 
 def disable():

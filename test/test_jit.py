@@ -226,3 +226,30 @@ def test_a_traced_nanogpt_style_block_lowers():
     lowered = mj.to_mydev(torch.jit.trace(block, x), (x.to("mydev"),))
     with torch.no_grad():
         torch.testing.assert_close(lowered(x.to("mydev")).cpu(), block(x), rtol=1e-5, atol=1e-5)
+
+
+def test_transparent_mode_applies_to_a_class_optimized_before():
+    """A scripted class run (and so optimized) before transparent mode is on still gets its groups inside
+    fusion(): TorchScript shares the optimized plan between instances, and enable() flushes live plans."""
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return (self.lin(x).relu() * 2 + 1).tanh()
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, device="mydev")
+    before = torch.jit.script(Head().to("mydev"))
+    for _ in range(3):
+        before(x)
+    model = Head().to("mydev")
+    scripted = torch.jit.script(model)
+    mj.reset_stats()
+    with mj.fusion():
+        for _ in range(3):
+            out = scripted(x)
+    assert mj.stats()["groups_compiled"] >= 1 and mj.stats()["groups_run"] >= 1
+    torch.testing.assert_close(out.cpu(), model.cpu()(x.cpu()))
