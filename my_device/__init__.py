@@ -100,6 +100,10 @@ from . import _nested_sdpa  # noqa: E402
 
 _nested_sdpa.install()
 
+from . import _cpu_like_refs  # noqa: E402
+
+_cpu_like_refs.install()
+
 from . import _settings  # noqa: E402
 
 _settings.install()
