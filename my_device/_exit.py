@@ -1,7 +1,9 @@
 """Process exit with autograd's device threads.
 
-Backward passes on mydev run on autograd's per-device worker threads, as on
-CUDA. torch 2.13's `_engine_run_backward` stashes a Python contextvars
+When backward passes on mydev run on autograd's per-device worker threads, as on
+CUDA (MYDEV_AUTOGRAD_DEVICE_THREADS=1, or a thread that turned multithreading
+back on; by default mydev runs them on the calling thread: AutogradThread.cpp),
+torch 2.13's `_engine_run_backward` stashes a Python contextvars
 Context in thread-local state for each backward, and the device thread keeps
 the finished backward's GraphTask (which captured that state) until it takes
 its next task. If the interpreter is finalising when the thread finally

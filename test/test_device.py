@@ -372,9 +372,11 @@ def test_cpu_allocator_is_redirect():
 
 
 def test_exit_after_a_backward_on_mydev():
-    # A script whose last statement is a backward on mydev: autograd's device
-    # thread may still hold that backward's GraphTask when the interpreter
-    # finalises (my_device/_exit.py). It is a race, likelier on busy cores, so
+    # A script whose last statement is a backward on mydev, run on autograd's
+    # device threads (MYDEV_AUTOGRAD_DEVICE_THREADS=1: by default backward runs
+    # on the calling thread, where there is no race): the device thread may
+    # still hold that backward's GraphTask when the interpreter finalises
+    # (my_device/_exit.py). It is a race, likelier on busy cores, so
     # three exit at a time. Each is a fork of one process that imported torch
     # (which starts no device thread), so a run costs a backward and an exit,
     # not an import of torch; each child then finalises its interpreter as a
@@ -397,7 +399,8 @@ def test_exit_after_a_backward_on_mydev():
                 failed += os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
         print("failed", failed)
     """)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, MYDEV_AUTOGRAD_DEVICE_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0 and "failed 0" in run.stdout and "terminate" not in run.stderr, (
         run.returncode, run.stdout[-500:], run.stderr[-2000:])
 
@@ -419,7 +422,9 @@ def test_exit_hook_leaves_no_python_object_with_the_device_threads(monkeypatch):
     alive = weakref.ref(stashed)
     monkeypatch.setattr(torch.autograd.graph, "contextvars", types.SimpleNamespace(copy_context=lambda: stashed))
     x = torch.randn(4, 5, device="mydev", requires_grad=True)
-    (x * 2).sum().backward()
+    # On autograd's device thread, where the race is (by default mydev runs backward on the calling thread).
+    with torch.autograd.set_multithreading_enabled(True):
+        (x * 2).sum().backward()
     monkeypatch.undo()
     del stashed
     _exit.drain_autograd_device_threads()
