@@ -104,7 +104,7 @@ def test_torch_still_needs_the_default_backend_fix():
     # the workaround can go.
     c10d = dist.distributed_c10d
     wrapped = c10d._new_process_group_helper
-    c10d._new_process_group_helper = wrapped._mccl_original
+    c10d._new_process_group_helper = wrapped._torch_original
     try:
         _init_single_rank_default_group()
         with pytest.raises(RuntimeError, match="Could not find the default backend type"):
