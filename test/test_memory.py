@@ -196,3 +196,38 @@ def test_oom_inside_a_kernel_raises_and_device_still_works(python_subprocess):
         print("ok")
     """, env={"MYDEV_MEMORY_LIMIT": "32M"})
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_lazy_clones_materialise_in_stream_order_without_deadlock(python_subprocess):
+    # A write to a lazy clone (copy-on-write) copies the shared bytes while
+    # holding the shared storage's lock; a queued kernel that materialises
+    # another clone of the same storage takes that lock too. The copy must not
+    # wait for the device under it (it hung the process). Run apart, so that a
+    # hang fails on the timeout.
+    r = python_subprocess("""
+        import sys
+        sys.path.insert(0, "test")
+        import torch, my_device
+        from conftest import delayed
+        x = torch.randn(64, 768, device="mydev")
+        w = torch.randn(768, device="mydev")
+        torch.cumsum(w, 0)                   # a host kernel: later calls are queued
+        wc = torch._lazy_clone(w)
+        with delayed(torch.mydev.default_stream(), us=20000):
+            a = torch.cumsum(w, 0)           # queued; materialises w when it runs
+            b = torch.native_layer_norm(x, (768,), wc, None, 1e-5)  # materialises wc now
+            wc.add_(1)                       # written: wc has bytes of its own
+        want = torch.native_layer_norm(x.cpu(), (768,), w.cpu(), None, 1e-5)[0]
+        assert torch.equal(b[0].cpu(), want)
+        assert torch.equal(a.cpu(), torch.cumsum(w.cpu(), 0))
+        assert torch.equal(wc.cpu(), w.cpu() + 1)
+        # A lazy clone of a tensor a queued kernel still writes: the copy comes after it.
+        y = torch.zeros(4096, device="mydev")
+        with delayed(torch.mydev.default_stream(), us=20000):
+            y.add_(3)
+            yc = torch._lazy_clone(y)
+            yc.mul_(2)
+        assert yc.cpu().eq(6).all() and y.cpu().eq(3).all()
+        print("ok")
+    """, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr[-3000:]

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <atomic>
 #include <mutex>
 #include <map>
@@ -840,8 +841,23 @@ class CachingAllocator final : public c10::DeviceAllocator {
   c10::DeleterFnPtr raw_deleter() const override {
     return &free_block;
   }
+  // Copy-on-write materialisation (c10::impl::cow, a write to a lazy clone)
+  // calls this while it holds the shared storage's lock. A synchronous copy
+  // would wait for the device there, and a queued kernel materialising another
+  // clone of the same storage needs that lock: a deadlock. So the copy is
+  // ordered like a kernel: in a kernel, whose stream has run everything before
+  // it, at once; elsewhere queued on the current stream, behind work that may
+  // still write the source.
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    MYDEV_CHECK(mydevMemcpy(dest, src, count, mydevMemcpyDeviceToDevice));
+    if (count == 0) return;
+    if (in_kernel()) {
+      std::memcpy(kernel_address(dest), kernel_address(src), count);
+      return;
+    }
+    mydevPointerAttributes attr{};
+    MYDEV_CHECK(mydevPointerGetAttributes(&attr, dest));
+    MYDEV_CHECK(mydevMemcpyAsync(dest, src, count, mydevMemcpyDeviceToDevice,
+                                 current_stream_handle(static_cast<c10::DeviceIndex>(attr.device))));
   }
   bool initialized() override {
     return mydevIsInitialized() != 0;

@@ -20,9 +20,9 @@
 // decomposition would round half and bfloat16 at every step where the CPU
 // kernel computes in float (silu's half gradients differed from the CPU's).
 // An op with a CPU kernel and a CompositeExplicitAutograd* kernel
-// (the functional and in-place forms of every structured op, native_layer_norm,
-// addr, ...) gets the host kernel: the composite one would run the op as
-// several ops (meta, empty, out=) where the CPU kernel is one call.
+// (the functional and in-place forms of every structured op, addr, ...) gets
+// the host kernel: the composite one would run the op as several ops (meta,
+// empty, out=) where the CPU kernel is one call.
 #include <iterator>
 #include <memory>
 #include <string>
