@@ -78,6 +78,16 @@ def test_names_lose_their_device_part():
         "\"add\" not implemented for '<dtype>' (torch.<dtype>)"
 
 
+def test_dtype_slices():
+    ids = ["f.py::TestOpsCPU::test_out_add_cpu_float32", "f.py::TestOpsCPU::test_out_add_cpu_int64",
+           "f.py::TestOpsCPU::test_dtypes_add_cpu", "f.py::TestOpsCPU::test_dtypes_float32_view_cpu_bool"]
+    assert ps.of_dtypes(ids, "cpu", "float32") == ids[:1]
+    assert ps.of_dtypes(ids, "cpu", "int64, bool") == [ids[1], ids[3]]
+    assert ps.of_dtypes(ids, "cpu", "none") == [ids[2]]
+    assert ps.of_dtypes([i.replace("cpu", "mydev") for i in ids], "mydev", "none,float32") == \
+        [ids[0].replace("cpu", "mydev"), ids[2].replace("cpu", "mydev")]
+
+
 def test_baseline_comparison_by_test_id():
     old = [{"id": "a", "mydev": "pass"}, {"id": "b", "mydev": "fail"}, {"id": "c", "mydev": "skip"},
            {"id": "d", "mydev": "pass"}]

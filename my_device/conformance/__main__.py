@@ -49,7 +49,7 @@ def _parse(argv):
     p.add_argument("--ops", help="comma-separated OpInfo names or full names (default: all of op_db)")
     p.add_argument("--modules", help="--suite modules: comma-separated module names, e.g. nn.LSTM (default: all)")
     p.add_argument("--dtypes", help="comma-separated dtypes, e.g. float32,int64 (default: all the CPU supports); "
-                   "with --suite pytorch: only the tests instantiated for them")
+                   "with --suite pytorch: only the tests instantiated for them ('none': those without a dtype)")
     p.add_argument("--tests", help="comma-separated test names, e.g. test_forward,test_backward (default: all)")
     p.add_argument("--module", help="the pytest module to run (default: test/test_conformance.py, or "
                    "test/test_modules.py for --suite modules)")

@@ -323,6 +323,15 @@ def select(cpu_ids, dev_ids, rel_file):
 
 # --- pairing and classification
 
+def of_dtypes(nodeids, device, dtypes):
+    """The tests instantiated for these dtypes (comma-separated; the name's last part): a file's slice that
+    runs in minutes, e.g. test_ops.py TestCommon in float32. "none" picks the tests instantiated without a
+    dtype, whose name ends with the device."""
+    wanted = [d.strip() for d in dtypes.split(",") if d.strip()]
+    suffixes = tuple("_" + (device if d == "none" else d) for d in wanted)
+    return [i for i in nodeids if i.endswith(suffixes)]
+
+
 def _impossible_skip(message):
     for pat, reason in IMPOSSIBLE_SKIPS:
         if re.search(pat, message or ""):
@@ -558,10 +567,14 @@ def run_file(tests_dir, rel_file, args, tmp):
     cpu_sel, dev_sel, not_generic = select(cpu_ids, dev_ids, rel_file)
     if args.dtypes:
         # Only tests instantiated for these dtypes (the name's last part): a file's slice that runs in
-        # minutes, e.g. test_ops.py TestCommon in float32.
-        suffixes = tuple("_" + d.strip() for d in args.dtypes.split(",") if d.strip())
-        cpu_sel = [i for i in cpu_sel if i.endswith(suffixes)]
-        dev_sel = [i for i in dev_sel if i.endswith(suffixes)]
+        # minutes, e.g. test_ops.py TestCommon in float32. "none": the tests instantiated without a
+        # dtype (the name ends with the device).
+        wanted = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+
+        def pick(ids, device):
+            suffixes = tuple("_" + (device if d == "none" else d) for d in wanted)
+            return [i for i in ids if i.endswith(suffixes)]
+        cpu_sel, dev_sel = pick(cpu_sel, "cpu"), pick(dev_sel, DEVICE)
     print(f"{rel_file}: {len(cpu_sel)} CPU tests, {len(dev_sel)} {DEVICE} tests"
           f" ({not_generic} not device-generic, not run)", flush=True)
     results = {}
