@@ -24,7 +24,6 @@
 #include "MemoryHistory.h"
 #include "MemorySnapshot.h"
 
-#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -887,40 +886,6 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
 CachingAllocator g_device_allocator;
 
-void free_pinned(void* ptr) {
-  mydevFreeHost(ptr);
-}
-
-// A HostAllocator, so that torch.accelerator's host-memory functions reach it
-// (at::accelerator::emptyHostCache calls the registered one unchecked). It
-// keeps no cache: each block comes from and returns to the runtime.
-class PinnedAllocator final : public at::HostAllocator {
- public:
-  c10::DataPtr allocate(size_t nbytes) override {
-    void* ptr = nullptr;
-    if (nbytes > 0) {
-      MYDEV_CHECK(mydevHostAlloc(&ptr, nbytes));
-    }
-    return {ptr, ptr, &free_pinned, c10::Device(c10::DeviceType::CPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override {
-    return &free_pinned;
-  }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override {
-    return true;  // copies from pinned memory hold the memory themselves (KernelArgs.h)
-  }
-  void empty_cache() override {}
-  at::HostStats get_stats() override {
-    return {};
-  }
-  void reset_accumulated_stats() override {}
-  void reset_peak_stats() override {}
-};
-
-PinnedAllocator g_pinned_allocator;
 
 } // namespace
 
@@ -1058,12 +1023,7 @@ void record_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream) {
   cache_for(block->device).record_stream(block, stream_handle(stream));
 }
 
-c10::Allocator* pinned_allocator() {
-  return &g_pinned_allocator;
-}
-
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator);
-REGISTER_HOST_ALLOCATOR(at::kPrivateUse1, &g_pinned_allocator);
 
 namespace {
 void record_stream_kernel(at::Tensor& self, c10::Stream stream) {
