@@ -25,7 +25,7 @@ import time
 import torch
 
 import my_device
-from common import median_seconds
+from common import median_seconds, parse_args
 
 
 def allocator():
@@ -57,7 +57,7 @@ def bandwidth():
 
 LATENCY = """
 import torch, my_device
-from common import median_seconds
+from common import median_seconds, parse_args
 torch.set_num_threads(1)
 a, b = torch.randn(1), torch.randn(1)
 da, db = a.to("mydev"), b.to("mydev")
@@ -133,8 +133,7 @@ def run_ahead(ops=200, n=1 << 20, samples=5):
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, 1 intra-op thread, medians")
+    parse_args(__doc__, repeat=5)  # (medians of fixed repetitions: --repeat is not used)
     allocator()
     launches()
     bandwidth()
