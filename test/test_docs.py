@@ -21,14 +21,11 @@ EXTERNAL_FILES = {"report.json", "report.md", "cpp_prefix.h", "test_ops.py", "te
 SOURCE_SUFFIX = re.compile(r"\.(py|md|cpp|h|yaml|toml|txt|json|sh)$")
 
 
-def _tracked_names():
+def _tracked():
+    """The names of the tracked files, and of the folders they are in."""
     out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return {pathlib.PurePosixPath(p).name for p in out.split()}
-
-
-def _tracked_dirs():
-    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return {part for p in out.split() for part in pathlib.PurePosixPath(p).parts[:-1]}
+    paths = [pathlib.PurePosixPath(p) for p in out.split()]
+    return {p.name for p in paths}, {part for p in paths for part in p.parts[:-1]}
 
 
 def _named_paths(text, dirs):
@@ -48,7 +45,7 @@ def _named_paths(text, dirs):
 
 
 def test_every_path_the_docs_name_exists():
-    tracked, dirs = _tracked_names(), _tracked_dirs()
+    tracked, dirs = _tracked()
     missing, checked = [], 0
     for doc in DOCS:
         for path in _named_paths(doc.read_text(), dirs):
