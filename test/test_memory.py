@@ -231,3 +231,30 @@ def test_lazy_clones_materialise_in_stream_order_without_deadlock(python_subproc
         print("ok")
     """, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+@pytest.mark.parametrize("name,op", [
+    ("host_kernel", lambda t: torch.cumsum(t, 0)),
+    ("structured", lambda t: torch.softmax(t, -1)),
+    ("iterator", lambda t: t + 1),
+    ("layer_norm", lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:])),
+])
+@pytest.mark.parametrize("n", [16, 4096])
+def test_ops_that_read_a_lazy_clone_leave_it_shared(name, op, n, busy):
+    # As on the CPU: reading a copy-on-write tensor copies nothing; writing it does, and only it.
+    from conftest import delayed
+    base = torch.randn(4, n)
+    x = base.to("mydev")
+    op(x)  # a host kernel's first call of a signature runs at the call
+    torch.mydev.synchronize()
+    y = torch._lazy_clone(x)
+    stream = torch.mydev.default_stream()
+    with delayed(stream, us=20_000 if busy else 0):
+        got = op(y)
+    assert torch._C._is_cow_tensor(x) and torch._C._is_cow_tensor(y)
+    torch.testing.assert_close(got.cpu(), op(base), rtol=0, atol=0)
+    with delayed(stream, us=20_000 if busy else 0):
+        y.mul_(2)
+    assert not torch._C._is_cow_tensor(y)
+    assert torch.equal(y.cpu(), base * 2) and torch.equal(x.cpu(), base)

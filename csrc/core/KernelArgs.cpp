@@ -1,5 +1,7 @@
 #include "KernelArgs.h"
 
+#include <c10/core/impl/COW.h>
+
 #include "Allocator.h"
 #include "Stream.h"
 #include "TensorImpl.h"
@@ -30,6 +32,8 @@ const c10::Storage* KernelArgs::lease(const c10::Storage& s) {
   for (const auto& [original, leased] : leases_) {
     if (original == impl) return &leased;
   }
+  // (A lazy clone's bytes are shared with other storages: held by reference.)
+  if (c10::impl::cow::is_cow_data_ptr(impl->data_ptr())) return nullptr;
   if (!allocated_for_stream(impl->data_ptr(), device_, stream_)) return nullptr;
   leases_.emplace_back(impl, c10::Storage(c10::make_intrusive<c10::StorageImpl>(
                                  c10::StorageImpl::use_byte_size_t(), impl->nbytes(),

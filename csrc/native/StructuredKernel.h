@@ -415,7 +415,7 @@ class HostOperands {
     c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
     c10::StorageImpl* device_storage = t.storage().unsafeGetStorageImpl();
     storage->set_data_ptr_noswap(
-        c10::DataPtr(kernel_address(device_storage->mutable_data()), c10::Device(c10::DeviceType::CPU)));
+        c10::DataPtr(kernel_address(const_cast<void*>(device_storage->data())), c10::Device(c10::DeviceType::CPU)));
     storage->set_nbytes(device_storage->nbytes());
     if (!same) {
       if (impl->dtype() != t.dtype()) impl->set_storage_and_dtype(impl->storage(), t.dtype());

@@ -125,10 +125,15 @@ at::Tensor HostCall::to_host(const at::Tensor& t) {
   return host;
 }
 
+// Over the bytes as they are: a lazy clone's shared bytes stay shared
+// (data(), not mutable_data(), which would copy them). A kernel reads such a
+// storage only: a tensor the op writes was given bytes of its own at the call
+// (materialize_written).
 c10::Storage host_storage_over(c10::StorageImpl* device_storage, c10::Allocator* allocator, bool resizable) {
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), device_storage->nbytes(),
-      c10::DataPtr(kernel_address(device_storage->mutable_data()), c10::Device(kCPU)), allocator, resizable));
+      c10::DataPtr(kernel_address(const_cast<void*>(device_storage->data())), c10::Device(kCPU)), allocator,
+      resizable));
 }
 
 at::Tensor host_tensor_like(const at::Tensor& t, const c10::Storage& host) {

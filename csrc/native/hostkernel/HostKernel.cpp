@@ -1,5 +1,6 @@
 #include "HostKernel.h"
 
+#include <c10/core/impl/COW.h>
 #include <c10/util/Exception.h>
 
 #include <mutex>
@@ -54,6 +55,17 @@ class DeviceScan {
   std::optional<c10::Device> other_;
 };
 
+// A lazy clone (torch._lazy_clone, copy-on-write) the op writes gets bytes of
+// its own now, in stream order (the allocator's copy_data): the CPU kernel
+// reaches its operands through host aliases over the bytes as they are
+// (host_storage_over), which do not copy on write, and must not write bytes
+// other tensors share. Tensors it only reads stay shared, as on the CPU.
+void materialize_written(const at::Tensor& t) {
+  if (t.defined() && t.has_storage() && c10::impl::cow::is_cow_data_ptr(t.storage().data_ptr())) {
+    (void)t.storage().mutable_data();
+  }
+}
+
 } // namespace
 
 void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
@@ -68,9 +80,15 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
     const c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
       const auto* alias = arguments[i - first].alias_info();
-      scan.tensor(v.toTensor(), false, alias != nullptr && alias->isWrite());
+      const bool written = alias != nullptr && alias->isWrite();
+      scan.tensor(v.toTensor(), false, written);
+      if (written) materialize_written(v.toTensor());
     } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) scan.tensor(t, false);
+      const bool written = arguments[i - first].alias_info() != nullptr;  // Tensor(a!)[]
+      for (const at::Tensor& t : v.toTensorList()) {
+        scan.tensor(t, false);
+        if (written) materialize_written(t);
+      }
     } else if (v.isList()) {
       for (const c10::IValue& e : v.toListRef()) {
         if (e.isTensor()) scan.tensor(e.toTensor(), true);
