@@ -66,6 +66,13 @@ void materialize_written(const at::Tensor& t) {
   }
 }
 
+// native_batch_norm and batch_norm_update_stats update their running
+// statistics, which their schemas do not mark as written (the ops predate
+// write annotations; _native_batch_norm_legit marks them).
+bool writes_unannotated(const c10::Argument& a) {
+  return a.name() == "running_mean" || a.name() == "running_var";
+}
+
 } // namespace
 
 void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
@@ -80,7 +87,7 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
     const c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
       const auto* alias = arguments[i - first].alias_info();
-      const bool written = alias != nullptr && alias->isWrite();
+      const bool written = (alias != nullptr && alias->isWrite()) || writes_unannotated(arguments[i - first]);
       scan.tensor(v.toTensor(), false, written);
       if (written) materialize_written(v.toTensor());
     } else if (v.isTensorList()) {
