@@ -239,6 +239,8 @@ def test_lazy_clones_materialise_in_stream_order_without_deadlock(python_subproc
     ("structured", lambda t: torch.softmax(t, -1)),
     ("iterator", lambda t: t + 1),
     ("layer_norm", lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:])),
+    ("clone", lambda t: t.clone()),                      # a copy's source
+    ("strided_copy", lambda t: t.t().contiguous()),
 ])
 @pytest.mark.parametrize("n", [16, 4096])
 def test_ops_that_read_a_lazy_clone_leave_it_shared(name, op, n, busy):

@@ -42,7 +42,7 @@ bool bytewise_copyable(const at::Tensor& src, const at::Tensor& dst) {
 bool is_pinned_host(const at::Tensor& t) {
   if (is_device(t)) return false;
   mydevPointerAttributes attr{};
-  return mydevPointerGetAttributes(&attr, t.data_ptr()) == mydevSuccess && attr.type == mydevMemoryTypeHost;
+  return mydevPointerGetAttributes(&attr, t.const_data_ptr()) == mydevSuccess && attr.type == mydevMemoryTypeHost;
 }
 
 // Work queued from now on `waiting`'s current stream starts after the work
@@ -71,7 +71,7 @@ void runtime_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
                      (non_blocking && (is_pinned_host(src) || is_pinned_host(dst)));
   if (!async) {
     if (!in_kernel()) warn_or_error_on_sync();
-    MYDEV_CHECK(mydevMemcpy(dst.data_ptr(), src.data_ptr(), nbytes, kind));
+    MYDEV_CHECK(mydevMemcpy(dst.data_ptr(), src.const_data_ptr(), nbytes, kind));
     if (kind == mydevMemcpyDeviceToHost) raise_kernel_failure_after_host_read(src.device().index());
     return;
   }
@@ -79,7 +79,7 @@ void runtime_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
   const bool across = kind == mydevMemcpyDeviceToDevice && src.device() != dst.device();
   if (across) barrier(src.device().index(), device);
   RuntimeDeviceGuard on_device(device);
-  MYDEV_CHECK(mydevMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes, kind, current_stream_handle(device)));
+  MYDEV_CHECK(mydevMemcpyAsync(dst.data_ptr(), src.const_data_ptr(), nbytes, kind, current_stream_handle(device)));
   if (across) barrier(device, src.device().index());
   // Streams run in order, so this no-op kernel finishes after the copy and
   // releases what it holds only then: the storages (not the caller's
