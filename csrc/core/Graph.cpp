@@ -108,10 +108,7 @@ class GraphImpl final : public at::GraphImplInterface {
     if (err == mydevErrorStreamCaptureUnmatched || err == mydevErrorStreamCaptureWrongThread) {
       MYDEV_CHECK(err);  // still capturing: the caller ends it from the right stream or thread
     }
-    capturing_ = false;
-    captures_underway().fetch_sub(1);
-    end_allocate_to_pool(device_, pool_);
-    rng_ = take_captured_rng(capture_id_);
+    rng_ = leave_capture();
     if (err != mydevSuccess) {
       // (The runtime destroyed the captured kernels: their memory went back to the pool.)
       rng_ = {};
@@ -127,6 +124,15 @@ class GraphImpl final : public at::GraphImplInterface {
         graph_ = nullptr;
       }
     }
+  }
+
+  // What ending a capture undoes, whether it succeeded or was abandoned; returns
+  // the random engines the capture used.
+  CapturedRng leave_capture() {
+    capturing_ = false;
+    captures_underway().fetch_sub(1);
+    end_allocate_to_pool(device_, pool_);
+    return take_captured_rng(capture_id_);
   }
 
   void instantiate() override {
@@ -152,10 +158,7 @@ class GraphImpl final : public at::GraphImplInterface {
       // Abandons the capture: what it recorded is destroyed with it.
       mydevGraph_t graph = nullptr;
       if (mydevStreamEndCapture(stream_, &graph) == mydevSuccess) mydevGraphDestroy(graph);
-      capturing_ = false;
-      captures_underway().fetch_sub(1);
-      end_allocate_to_pool(device_, pool_);
-      take_captured_rng(capture_id_);
+      leave_capture();
       has_graph_ = true;  // (releases the pool below)
     }
     if (exec_) {
