@@ -6,7 +6,7 @@ Wraps a small op (the sum of a (4, 16) float32 tensor) in k do-nothing C++ frame
 and the same frames around a function that does nothing, and prints the cost of one frame in
 each case (least-squares slope over k, medians of rounds that alternate the depths).
 
-On the 2-vCPU AMD EPYC machines of issue 19 a frame around the sum cost 5.1-6.0 ns, 3.7-4.4 times
+On 2-vCPU AMD EPYC machines a frame around the sum cost 5.1-6.0 ns, 3.7-4.4 times
 what it cost around the trivial function (1.4 ns). Taking eight of our frames out of a short sum's
 path cut 50-90 ns of its 1.1 us. That is why the frames between an op and a kernel it runs at the
 call are inlined: MYDEV_ALWAYS_INLINE in csrc/core/Launch.h and StructuredKernel.h, and the

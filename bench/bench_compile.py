@@ -4,7 +4,7 @@ eager CPU, in one process.
 Run: python bench/bench_compile.py [--threads N] [--repeat R] [--cases tiny,mlp,...]
 
 Cases (each a full training step: forward, backward, optimizer step):
-  tiny   Linear(16,16)-Tanh-Linear(16,4), batch 4, AdamW (issue 14's launch-bound step)
+  tiny   Linear(16,16)-Tanh-Linear(16,4), batch 4, AdamW (a launch-bound step)
   mlp    Linear(256,512)-GELU-Linear(512,512)-GELU-Linear(512,10), batch 64, SGD
   cnn    two 3x3 convolutions with ReLU and max pooling, batch 8 at 32x32, SGD
   transformer  nn.TransformerEncoderLayer(128, 4 heads, 256), batch 8 x 32 tokens, SGD
@@ -14,7 +14,7 @@ mydev compiled by Inductor, mydev compiled by the mydev backend, and the latter 
 step compiled too. Printed: Inductor's speed-up (eager / compiled) on mydev beside CPU's, and the
 mydev backend's time against eager mydev and eager CPU. Then the first-call compile time
 (forward+backward, fresh caches) of Inductor on mydev and of backend="mydev" against CPU Inductor's.
-Targets (issue 14): Inductor's speed-up on mydev within 10% of CPU's (mlp, cnn, transformer);
+Targets: Inductor's speed-up on mydev within 10% of CPU's (mlp, cnn, transformer);
 tiny step with backend="mydev" <= 0.5x eager mydev and <= 1.0x eager CPU; each compile time
 <= 1.5x CPU Inductor's.
 
@@ -184,7 +184,7 @@ def main():
         _case(name, build, inner, args.repeat)
     if args.floor and not args.first_compile_only:
         # After the cases: run before them, it left the mydev backend's step 1.5x slower (0.83 ms
-        # against 0.54 ms for the tiny step, in one run each); see the issue 14 note.
+        # against 0.54 ms for the tiny step, in one run each).
         _floor()
     times = {}
     for label, backend, device in (("cpu inductor", "inductor", "cpu"), ("mydev inductor", "inductor", "mydev"),

@@ -4,7 +4,7 @@ Run: python bench/bench_distributed.py [--threads N] [--repeat R] [--mbytes M]
 Both ranks join one process group "cpu:gloo,mydev:mccl", so the two backends are measured in the
 same run, alternating. Each case is the median over R repetitions of a timed loop of all_reduce
 (SUM, float32, M MiB, default 64) with the result waited for (mydev: torch.mydev.synchronize()).
-Bus bandwidth = size * 2 (n - 1) / n / time, as nccl-tests report it. Target (issue 18): mydev >= 0.8x gloo.
+Bus bandwidth = size * 2 (n - 1) / n / time, as nccl-tests report it. Target: mydev >= 0.8x gloo.
 """
 import os
 import socket

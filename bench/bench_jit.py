@@ -3,7 +3,7 @@ run op by op on mydev, and against CPU TorchScript, in one process.
 
 Run: python bench/bench_jit.py [--threads N] [--repeat R]
 Case: the tiny MLP forward (Linear(16,16)-Tanh-Linear(16,4), batch 4) under no_grad; and the same in
-transparent mode (my_device.jit.fusion()). Target (issue 15): lowered <= 0.5x scripted op by op.
+transparent mode (my_device.jit.fusion()). Target: lowered <= 0.5x scripted op by op.
 """
 import warnings
 

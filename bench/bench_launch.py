@@ -1,4 +1,4 @@
-"""Launch overhead of small ops and small training steps: mydev against CPU, in one process (issue 19).
+"""Launch overhead of small ops and small training steps: mydev against CPU, in one process.
 
 Run: python bench/bench_launch.py [--threads N] [--repeat R] [--sections add,ops,top,steps] [--breakdown]
      python bench/bench_launch.py --sections add --runs 10 --interval 180   (the add loop, spread out)
@@ -8,7 +8,7 @@ better). The two devices take turns in rounds of a few milliseconds, each round 
 end, and the ratio is the median over rounds of the two times of the same round (common.paired_ratio):
 the machine's speed changes within milliseconds, and a round's two samples share its period.
   add    the 1-element add loop: 90 rounds of 2,000 calls of a + b per device
-  ops    issue 19's table of ops on (4, 16) float32 inputs (the optimizer's foreach ops on
+  ops    a table of ops on (4, 16) float32 inputs (the optimizer's foreach ops on
          four 16x16 tensors, as an optimizer step calls them)
   top    the 20 aten ops most called by the demo's training step (SmallNet, AdamW) and a
          transformer layer's (nn.TransformerEncoderLayer(128, 4, 256), SGD), each replayed
@@ -19,7 +19,7 @@ the machine's speed changes within milliseconds, and a round's two samples share
 (my_device._C._host_kernel_breakdown): finding the device, the plan, the call key, the Meta cache,
 the outputs, the kernel's own references, the launch. Ops with kernels of their own (structured
 pointwise ops, mm) do not take that path and show no stages.
-Targets (issue 19): every op and the add loop <= 1.15x, the tiny step <= 1.15x, the larger steps <= 1.0x.
+Targets: every op and the add loop <= 1.15x, the tiny step <= 1.15x, the larger steps <= 1.0x.
 Run it with MYDEV_LAUNCH_BLOCKING=1 too, for the synchronous figures.
 """
 import copy
@@ -113,7 +113,7 @@ def add_loop(args):
                                      f"{cpu_after[c][1] - cpu_before[c][1]} jiffies" for c in sorted(cpu_after)))
 
 
-# -- issue 19's table ------------------------------------------------------------------------------
+# -- the table of small ops ---------------------------------------------------------------------
 
 def _table_inputs(device):
     g = torch.Generator().manual_seed(0)

@@ -2,7 +2,7 @@
 
 Run: python bench/bench_ops.py [--threads N] [--repeat R]
 Prints one line per case with the median time on each device and the ratio
-mydev/CPU (lower is better; 1.00 is CPU speed). Targets (issue 2): <=1.3x for
+mydev/CPU (lower is better; 1.00 is CPU speed). Targets: <=1.3x for
 the 1-element op, <=1.05x for the large ones."""
 import torch
 

@@ -12,7 +12,7 @@ namespace my_device {
 // kernels are queued on its streams already, so the engine thread adds nothing
 // but two thread hand-offs per backward() and a copy of the thread-local state
 // per graph task: the tiny training step's backward took 186 us against 120 us
-// on the calling thread (issue 19's note). The one switch PyTorch offers is the
+// on the calling thread. The one switch PyTorch offers is the
 // per-thread `multithreading_enabled` flag (`torch.autograd.
 // set_multithreading_enabled`), which sends every device's nodes to the calling
 // thread, as CPU's always are. mydev turns it off on each thread that uses the

@@ -142,7 +142,7 @@ namespace {
 // Stream). Kernels launch on it rather than on NULL, whose meaning depends on
 // the runtime's current device: every launch would then have to switch that
 // to its own device and back, two thread-local accesses and calls around each
-// of the two runtime calls of a kernel run at the call (issue 19).
+// of the two runtime calls of a kernel run at the call.
 const std::array<mydevStream_t, kMaxDevices>& default_handles() {
   static const std::array<mydevStream_t, kMaxDevices> handles = [] {
     std::array<mydevStream_t, kMaxDevices> h{};

@@ -8,7 +8,7 @@
 // fill_ with another value: a short one on an idle stream runs at the call,
 // the CPU's fill loop over the tensor's own elements. Queued, it made the
 // stream busy for a kernel of one element, and every short op after it in a
-// training step's backward queued behind it too (issue 19). Longer fills and
+// training step's backward queued behind it too. Longer fills and
 // fills on a busy stream stay host kernels.
 #include "StructuredKernel.h"  // first: DispatchStub's declarations
 
