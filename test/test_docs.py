@@ -94,3 +94,10 @@ def test_every_command_the_docs_give_answers_help(python_subprocess):
     """, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("failed: []"), r.stdout[-3000:]
+
+
+def test_no_internal_issue_numbers():
+    # A reader cannot look them up: the reasoning goes into the comment or doc itself.
+    out = subprocess.run(["git", "grep", "-n", "-i", "-E", r"\bissues? ?#?[0-9]+", "--", ":!*.json"], cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    assert out == "", out
