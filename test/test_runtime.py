@@ -1,7 +1,7 @@
 """Builds and runs the mydev runtime's standalone C++ tests.
 
 The runtime (third_party/mydev_runtime) has no PyTorch dependency, so it is
-tested on its own: tests/runtime_test.cpp is compiled together with src/*.cpp
+tested on its own: tests/*_test.cpp are compiled together with src/*.cpp
 and run in subprocesses, each with a controlled MYDEV_* environment, because
 the runtime reads its environment once per process and some behaviours
 (strict-mode faults, fork) need a process of their own.
@@ -22,7 +22,13 @@ PASS_LINE = re.compile(r"^(\d+) passed, 0 failed$", re.MULTILINE)
 GiB = 1 << 30
 
 
-TEST_PROGRAMS = ("runtime_test", "graph_test")  # each tests/<name>.cpp, linked with src/*.cpp
+# Each test program and its sources in tests/, linked with src/*.cpp: runtime_test runs the tests of
+# every tests/<concept>_test.cpp but graph_test's, which is a program of its own.
+TESTS = RUNTIME / "tests"
+TEST_PROGRAMS = {
+    "runtime_test": sorted(p for p in TESTS.glob("*_test.cpp") if p.name != "graph_test.cpp"),
+    "graph_test": [TESTS / "graph_test.cpp"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,23 +37,25 @@ def runtime_binaries(tmp_path_factory):
     if gxx is None:
         pytest.skip("g++ not found: cannot build the mydev runtime tests")
     out = tmp_path_factory.mktemp("mydev_runtime")
-    sources = sorted((RUNTIME / "src").glob("*.cpp")) + [RUNTIME / "tests" / f"{p}.cpp" for p in TEST_PROGRAMS]
+    library_sources = sorted((RUNTIME / "src").glob("*.cpp"))
+    sources = library_sources + [s for program in TEST_PROGRAMS.values() for s in program]
     flags = ["-std=c++17", "-O1", "-pthread", "-I", str(RUNTIME / "include")]
     # Compile translation units in parallel: this is most of the file's runtime.
     jobs = []
     for src in sources:
-        obj = out / (src.stem + ".o")
+        obj = out / f"{src.parent.name}_{src.stem}.o"
         cmd = [gxx, *flags, "-c", str(src), "-o", str(obj)]
         jobs.append((src, obj, subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)))
     for src, _, proc in jobs:
         _, err = proc.communicate()
         assert proc.returncode == 0, f"compiling {src.name} failed:\n{err}"
-    library = [str(obj) for src, obj, _ in jobs if src.stem not in TEST_PROGRAMS]
+    objects = {src: str(obj) for src, obj, _ in jobs}
+    library = [objects[src] for src in library_sources]
     binaries = {}
-    for program in TEST_PROGRAMS:
+    for program, program_sources in TEST_PROGRAMS.items():
         binaries[program] = out / program
         link = subprocess.run(
-            [gxx, "-pthread", *library, str(out / f"{program}.o"), "-o", str(binaries[program])],
+            [gxx, "-pthread", *library, *(objects[s] for s in program_sources), "-o", str(binaries[program])],
             capture_output=True,
             text=True,
         )
