@@ -219,6 +219,7 @@ def test_aoti_load_constants(aoti_packages):
     torch.testing.assert_close(out.cpu(), changed(c.x).detach())
 
 
+@pytest.mark.slow
 def test_aoti_weights_outside_the_library(tmp_path):
     # aot_inductor.package_constants_in_so=False: the package is loaded
     # without its weights, and a call refuses to run until it has them.
@@ -264,6 +265,7 @@ class _CatOfMatmuls(nn.Module):
         return torch.cat([x @ self.a.weight.t(), self.b(x), x], 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["cpp_wrapper", "aoti"])
 def test_extern_kernels_write_into_slices_of_cat(mode, tmp_path):
     torch.manual_seed(0)
@@ -305,6 +307,7 @@ class _SeveralOutputs(nn.Module):
 _SEVERAL = ("aten::topk", "aten::sort", "aten::kthvalue", "aten::median")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["cpp_wrapper", "aoti"])
 def test_extern_kernels_with_several_outputs(mode, tmp_path):
     torch.manual_seed(0)
@@ -358,6 +361,7 @@ def test_cpp_wrapper_training_with_several_output_backward_kernels():
 # (A failing kernel in C++-wrapper code: test_inductor.py::test_failure_inside_a_kernel_is_reported_at_the_next_sync.)
 
 
+@pytest.mark.slow
 def test_aoti_package_loads_in_a_fresh_strict_process(aoti_packages, python_subprocess):
     # MYDEV_STRICT=1: any host access to device memory crashes the process.
     _, c, path = aoti_packages["cnn"]

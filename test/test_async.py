@@ -744,6 +744,7 @@ def test_queued_host_kernels_keep_errors_at_the_call():
 EVERY_HOST_KERNEL_AT_THE_CALL = str(1 << 62)
 
 
+@pytest.mark.slow
 def test_training_matches_cpu_with_every_host_kernel_run_at_the_call():
     # Eligible host kernels are queued at any size by default; a large
     # MYDEV_QUEUE_MIN_ELEMENTS runs them all at the call instead, so the

@@ -504,6 +504,7 @@ print("ok")
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_strict_mode(python_subprocess):
     compiled_training_in_strict_mode(python_subprocess, "mydev", check=(
         "import my_device.compiler as mc\n"

@@ -23,6 +23,7 @@ def _run(tmp_path, *args):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_sweep_writes_a_report_and_compares_with_a_baseline(tmp_path):
     r = _run(tmp_path, "--ops", "add,nn.functional.relu", "--dtypes", "float32", "--batch-size", "1")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -122,6 +123,7 @@ def test_module_suite_names_and_figures():
     assert figs["modules_passing_every_test_all_dtypes"]["passing"] == 2
 
 
+@pytest.mark.slow
 def test_module_sweep_runs_the_module_suite(tmp_path):
     r = _run(tmp_path, "--suite", "modules", "--modules", "nn.GELU", "--dtypes", "float32")
     assert r.returncode == 0, r.stdout + r.stderr

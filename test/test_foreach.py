@@ -367,6 +367,7 @@ def test_lists_on_two_devices_are_rejected_at_the_call(other):
 
 # -- strict mode -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_fast_path_and_optimizer_steps_in_strict_mode(python_subprocess):
     # MYDEV_STRICT=1: a host read of device memory (a kernel that missed
     # use_kernel_addresses) crashes the process.

@@ -394,6 +394,7 @@ def test_mem_pool():
     assert torch.mydev.memory_reserved() == base
 
 
+@pytest.mark.slow
 def test_graphs_under_strict_mode():
     """The capture, replay and error tests again with MYDEV_STRICT=1 (device memory unreadable by host code)."""
     env = dict(os.environ, MYDEV_STRICT="1")

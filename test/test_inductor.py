@@ -95,6 +95,7 @@ def test_failure_inside_a_kernel_is_reported_at_the_next_sync(cpp_wrapper):
         assert g(a, torch.full((8,), 4, device=DEV)).tolist() == [v // 4 + 1 for v in range(8)]
 
 
+@pytest.mark.slow
 def test_strict_mode(python_subprocess):
     compiled_training_in_strict_mode(python_subprocess, "inductor")
 
@@ -139,6 +140,7 @@ def test_dynamo_device_interface_workaround_still_needed(python_subprocess):
     assert r.returncode == 0 and "still needed" in r.stdout, r.stdout + r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_fx_graph_and_kernel_caches_work_across_processes(python_subprocess, tmp_path):
     script = """
         import torch, my_device

@@ -108,6 +108,7 @@ def test_parameters_on_another_device_are_refused_at_the_call():
         torch.native_layer_norm(torch.randn(3, 4, device="mydev"), (4,), torch.randn(4), None, 1e-5)
 
 
+@pytest.mark.slow
 def test_strict_mode(python_subprocess):
     # MYDEV_STRICT=1: a kernel reading device memory at its device address crashes.
     r = python_subprocess("""

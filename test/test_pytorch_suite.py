@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from my_device.conformance import pytorch_suite as ps
 
 # A device-generic test file in the manner of PyTorch's own: one class that is not
@@ -97,6 +99,7 @@ def test_baseline_comparison_by_test_id():
     assert improvements == [("b", "fail", "pass")]
 
 
+@pytest.mark.slow
 def test_a_device_generic_file_end_to_end(tmp_path):
     tests = tmp_path / "pytorch" / "test"
     tests.mkdir(parents=True)

@@ -149,6 +149,7 @@ def test_target_out_of_range_at_the_call_is_reported_at_the_next_synchronisation
     torch.testing.assert_close(F.nll_loss(d, t.to("mydev")).cpu(), F.nll_loss(x, t))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", [{"MYDEV_STRICT": "1"}, {"MYDEV_LAUNCH_BLOCKING": "1"}], ids=["strict", "blocking"])
 def test_other_modes_at_the_call_and_queued(env):
     # MYDEV_STRICT=1: a device address read by host code (a kernel included) crashes the process.
