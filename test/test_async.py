@@ -200,7 +200,7 @@ def test_a_host_read_after_a_failed_kernel_raises_naming_the_op(read):
 
 
 @pytest.mark.parametrize("setup,launch,error", [
-    ('my_device._C._test_inject_kernel_failure("aten::add.Tensor")', "a + 1",
+    ('a + 1; my_device._C._test_inject_kernel_failure("aten::add.Tensor")', "a + 1",
      "aten::add.Tensor: injected failure"),
     ('a[torch.tensor([1], device="mydev")]', 'a[torch.tensor([7], device="mydev")]',
      "aten::index.Tensor: index 7 is out of bounds"),
@@ -650,6 +650,7 @@ def test_host_kernels_on_large_tensors_are_queued():
     x, w = torch.randn(1 << 19), torch.randn(512, 512)
     d, dw = x.to("mydev"), w.to("mydev")
     s = torch.mydev.default_stream()
+    torch.relu(d[:2]), d[:2].clone().sigmoid_()  # (a process's first call of an op in a dtype runs at the call)
     torch.mydev.synchronize()
     with delayed(s):
         y = torch.relu(d)

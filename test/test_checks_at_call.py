@@ -32,7 +32,9 @@ def stream():
 
 
 def hold_busy(s):
-    """Queues a task behind the delay, so that `s` has pending work."""
+    """Queues a task behind the delay, so that `s` has pending work. (Twice: a process's first call
+    of an op in a dtype runs at the call, in stream order.)"""
+    torch.ones(4, device=D).add_(1)
     torch.ones(4, device=D).add_(1)
     assert not s.query(), "the stream should have work pending"
 
@@ -211,6 +213,14 @@ RAISES = [
      lambda a, i, f: torch.neg(a, out=f), lambda a, i, f: torch.neg(a, out=i)),
     ("gelu with an unknown approximation", tensors([0.5, -0.5]),   # (from the OpInfo error_inputs below)
      lambda x: F.gelu(x, approximate="tanh"), lambda x: F.gelu(x, approximate="asdf")),
+    # A dtype a structured kernel's loop lacks: its dispatch raises, at the call on the CPU.
+    ("relu of bool", tensors([0.5, -0.5], [True, False]), lambda x, b: torch.relu(x), lambda x, b: torch.relu(b)),
+    ("relu_ of uint16", lambda d: (torch.tensor([1.0], device=d), torch.tensor([1, 2], device=d).to(torch.uint16)),
+     lambda x, u: torch.relu_(x), lambda x, u: torch.relu_(u)),
+    ("silu of int8", lambda d: (torch.tensor([1.0], device=d), torch.tensor([1, 2], device=d).to(torch.int8)),
+     lambda x, i: F.silu(x), lambda x, i: F.silu(i)),
+    ("silu of a large bool tensor", lambda d: (torch.ones(8192, device=d), torch.ones(8192, device=d) > 0),
+     lambda x, b: F.silu(x), lambda x, b: F.silu(b)),
 ]
 
 

@@ -26,6 +26,7 @@
 #include <ATen/core/op_registration/adaption.h>
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -475,6 +476,32 @@ struct OnDeviceTensors : std::true_type {
   }
 };
 
+// The dtypes a TensorIterator kernel's loop has run (one bit per common
+// dtype). A loop dispatches on its dtype and raises "not implemented for
+// 'Bool'" for one it lacks, which the CPU raises at the call: so each dtype's
+// first call runs at the call, in stream order (launch_inline), raising there,
+// and only later calls are queued (as the host kernel confirms a signature).
+// Ops sharing a class share its loop (relu is clamp_min).
+template <class Base>
+inline std::atomic<uint64_t> g_confirmed_dtypes{0};
+static_assert(static_cast<int>(at::ScalarType::NumOptions) <= 64, "one bit per dtype");
+
+template <class Base>
+MYDEV_ALWAYS_INLINE bool dtype_confirmed(const at::TensorIteratorBase& iter) {
+  const uint64_t bit = uint64_t{1} << static_cast<int>(iter.common_dtype());
+  return (g_confirmed_dtypes<Base>.load(std::memory_order_relaxed) & bit) != 0;
+}
+
+// Runs `op`'s impl() now, after the stream's queued work, and records its dtype.
+template <class Base, class Op, class Impl>
+C10_NOINLINE void run_first_call(c10::DeviceIndex device, Op& op, Impl impl) {
+  launch_inline(device, [&] {
+    use_kernel_addresses(op);
+    impl();
+  });
+  g_confirmed_dtypes<Base>.fetch_or(uint64_t{1} << static_cast<int>(op.common_dtype()), std::memory_order_relaxed);
+}
+
 // A short TensorIterator kernel on an idle stream runs at the call, over the
 // caller's own tensors, as the CPU runs it: no job holding its arguments, no
 // TensorImpl of the kernel's own, no task. Empty if the call must be queued
@@ -487,6 +514,10 @@ MYDEV_ALWAYS_INLINE std::optional<std::array<at::Tensor, N>> functional_now(cons
   Functional<Base, N> op;
   op.meta(args...);
   if (!uniform_dtype(op)) return first_tensors<N>(run_host_kernel(label, args...), std::make_index_sequence<N>());
+  if (C10_UNLIKELY(!dtype_confirmed<Base>(op))) {
+    run_first_call<Base>(device, op, [&] { std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs); });
+    return std::move(op.outputs);
+  }
   if (!is_short_kernel(op.numel())) return std::nullopt;
   TORCH_INTERNAL_ASSERT(op.outputs[0].device().index() == device, label, ": output on mydev:",
                         op.outputs[0].device().index(), ", inputs on mydev:", device);
@@ -513,6 +544,14 @@ MYDEV_ALWAYS_INLINE std::array<at::Tensor, N> queue_functional(const char* label
     auto job = std::make_unique<Job>(launch_device(args...), args...);
     std::apply([&](const auto&... a) { job->op.meta(a...); }, job->args);
     if (!uniform_dtype(job->op)) return first_tensors<N>(run_host_kernel(label, args...), std::make_index_sequence<N>());
+    if (C10_UNLIKELY(!dtype_confirmed<Base>(job->op))) {
+      run_first_call<Base>(job->held.device(), job->op, [&] {
+        std::apply([&](const auto&... a) {
+          std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->op.outputs);
+        }, job->args);
+      });
+      return std::move(job->op.outputs);
+    }
     const c10::DeviceIndex device = job->op.outputs[0].device().index();
     TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
                           job->held.device());
@@ -627,6 +666,10 @@ MYDEV_ALWAYS_INLINE bool in_place_now(const char* label, at::Tensor& self, const
     run_host_kernel(label, self, args...);
     return true;
   }
+  if (C10_UNLIKELY(!dtype_confirmed<Base>(op))) {
+    run_first_call<Base>(device, op, [&] { op.impl(self, args..., self); });
+    return true;
+  }
   return launch_if_idle(device, label, [&]() MYDEV_INLINE_BODY {
     use_kernel_addresses(op);
     op.impl(self, args..., self);
@@ -654,6 +697,12 @@ MYDEV_ALWAYS_INLINE at::Tensor& in_place(const char* label, at::Tensor& self, co
   if constexpr (kIterator<Base>) {
     if (!uniform_dtype(job->op)) {
       run_host_kernel(label, self, args...);
+      return self;
+    }
+    if (C10_UNLIKELY(!dtype_confirmed<Base>(job->op))) {
+      run_first_call<Base>(device, job->op, [&] {
+        std::apply([&](const auto&... a) { job->op.impl(job->self, a..., job->self); }, job->args);
+      });
       return self;
     }
   }

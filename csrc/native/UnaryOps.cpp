@@ -80,10 +80,12 @@ MYDEV_UNARY(silu, at::native::structured_silu_out)
 
 // relu is clamp_min(self, 0) on the CPU too (NaN stays NaN).
 at::Tensor relu(const at::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");  // (the CPU's relu checks)
   return functional<at::native::structured_clamp_min_out>("aten::relu", self, at::Scalar(0));
 }
 
 at::Tensor& relu_(at::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
   return in_place<at::native::structured_clamp_min_out>("aten::relu_", self, at::Scalar(0));
 }
 
