@@ -3,7 +3,7 @@
 // call, its loop is the CPU's LayerNorm stubs, and a short call on an idle
 // stream runs at once over the caller's tensors. Every transformer block calls
 // it twice; as a generic host kernel (a signature, a plan, three outputs
-// copied out of a CPU result) a decoding step's (1, 1, 768) layer norm cost
+// copied out of a CPU result) a decoding step's (1, 1, 128) layer norm cost
 // three times the CPU's call.
 //
 // ATen has no structured kernel for layer norm, so the two classes below give
