@@ -309,9 +309,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   check_fallback_setting();
   m.def("_host_kernel_coverage", [] {
     const HostKernelCoverage& c = host_kernel_coverage();
-    return py::make_tuple(c.host_kernel, c.own_kernel, c.excluded, c.sparse_host_kernel);
+    return py::make_tuple(c.host_kernel, c.own_kernel, c.excluded, c.sparse_host_kernel, c.quantized_host_kernel);
   }, "(host-kernel overloads, overloads with their own mydev kernel, [(excluded overload, reason)], "
-     "sparse-layout host-kernel overloads).");
+     "sparse-layout host-kernel overloads, quantized host-kernel overloads).");
   m.def("_start_fallback_tracking", &start_fallback_tracking);
   m.def("_stop_fallback_tracking", &stop_fallback_tracking);
   m.def("_fallback_records", [] {

@@ -14,7 +14,7 @@ aten::_scaled_dot_product_attention_math the strided path runs per sequence) ove
 values, and the output is a jagged view with the query's offsets, as PyTorch's path builds it.
 Every other input, and the selection (sdpa_kernel settings, the checks that reject masks,
 is_causal and non-contiguous inputs), stays PyTorch's.
-`test/test_nested_quantized.py::test_torch_jagged_attention_still_needs_strided_nested_kernels`
+`test/test_nested.py::test_torch_jagged_attention_still_needs_strided_nested_kernels`
 fails once PyTorch's own path works on mydev, which is when this module should go.
 """
 import torch
@@ -93,7 +93,7 @@ def _install(ops) -> None:
         ops, "jagged_scaled_dot_product_attention", jagged_scaled_dot_product_attention,
         target="torch.nested._internal.ops.jagged_scaled_dot_product_attention",
         why="off CUDA, torch's jagged attention converts to strided nested tensors, which have no kernels on mydev",
-        test="test_nested_quantized.py::test_torch_jagged_attention_still_needs_strided_nested_kernels")
+        test="test_nested.py::test_torch_jagged_attention_still_needs_strided_nested_kernels")
 
 
 def install() -> None:

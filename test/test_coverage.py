@@ -4,7 +4,7 @@ import torch
 
 import my_device
 
-HOST_KERNEL, OWN_KERNEL, EXCLUDED, SPARSE_HOST_KERNEL = my_device._C._host_kernel_coverage()
+HOST_KERNEL, OWN_KERNEL, EXCLUDED, SPARSE_HOST_KERNEL, QUANTIZED_HOST_KERNEL = my_device._C._host_kernel_coverage()
 
 
 def _aten_ops_with_cpu_kernel():

@@ -19,13 +19,13 @@ def test_reports_supported_dtypes():
                   torch.complex128, torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
                   torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2):
         assert dtype in dtypes, dtype
-    assert not dtypes & QUANTIZED  # quantize_per_tensor raises on mydev
+    assert QUANTIZED <= dtypes
     assert _capability(0) == caps
     assert torch.accelerator.get_device_capability() == caps  # the current device
 
 
 def test_every_reported_dtype_allocates_and_converts():
-    for dtype in torch.accelerator.get_device_capability("mydev:0")["supported_dtypes"]:
+    for dtype in torch.accelerator.get_device_capability("mydev:0")["supported_dtypes"] - QUANTIZED:
         src = torch.tensor([0.0, 1.0, 0.5, 2.0]).to(dtype)
         dev = src.to("mydev")
         assert dev.dtype == dtype and dev.device.type == "mydev"
@@ -37,13 +37,17 @@ def test_every_reported_dtype_allocates_and_converts():
         assert torch.empty(3, dtype=dtype, device="mydev").shape == (3,)
 
 
-def test_unsupported_dtypes_are_left_out_for_a_reason():
-    # What is not reported cannot be converted to on mydev (or on any device).
-    reported = torch.accelerator.get_device_capability("mydev:0")["supported_dtypes"]
+@pytest.mark.filterwarnings("ignore:.*quantized tensor creation functions.*:UserWarning")
+def test_quantized_dtypes_quantize_and_move():
+    # Quantized dtypes are reached by quantizing, not by .to(dtype), on every device.
+    src = torch.tensor([0.0, 1.0, 0.5, 2.0])
     for dtype in QUANTIZED:
-        assert dtype not in reported
-    with pytest.raises(NotImplementedError, match="quantized tensors are not supported on mydev"):
-        torch.quantize_per_tensor(torch.ones(2, device="mydev"), 0.1, 0, torch.qint8)
+        ref = torch.quantize_per_tensor(src, 0.5, 0, dtype)
+        dev = torch.quantize_per_tensor(src.to("mydev"), 0.5, 0, dtype)
+        assert dev.dtype == dtype and dev.device.type == "mydev"
+        torch.testing.assert_close(dev.dequantize().cpu(), ref.dequantize(), rtol=0, atol=0, msg=str(dtype))
+        if dtype not in (torch.quint4x2, torch.quint2x4):  # the CPU's copy_ has no kernel for these
+            torch.testing.assert_close(ref.to("mydev").dequantize().cpu(), ref.dequantize(), rtol=0, atol=0)
 
 
 def test_bad_device_index():

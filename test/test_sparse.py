@@ -8,7 +8,7 @@ import torch
 
 import my_device
 
-HOST_KERNEL, OWN_KERNEL, EXCLUDED, SPARSE_HOST_KERNEL = my_device._C._host_kernel_coverage()
+HOST_KERNEL, OWN_KERNEL, EXCLUDED, SPARSE_HOST_KERNEL, QUANTIZED_HOST_KERNEL = my_device._C._host_kernel_coverage()
 
 
 @pytest.fixture(autouse=True)

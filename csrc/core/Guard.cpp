@@ -91,7 +91,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
          {c10::kByte, c10::kChar, c10::kShort, c10::kInt, c10::kLong, c10::kUInt16, c10::kUInt32, c10::kUInt64,
           c10::kBool, c10::kHalf, c10::kBFloat16, c10::kFloat, c10::kDouble, c10::kComplexHalf,
           c10::kComplexFloat, c10::kComplexDouble, c10::kFloat8_e5m2, c10::kFloat8_e4m3fn,
-          c10::kFloat8_e5m2fnuz, c10::kFloat8_e4m3fnuz, c10::kFloat8_e8m0fnu}) {
+          c10::kFloat8_e5m2fnuz, c10::kFloat8_e4m3fnuz, c10::kFloat8_e8m0fnu, c10::kQInt8, c10::kQUInt8,
+          c10::kQInt32, c10::kQUInt4x2, c10::kQUInt2x4}) {
       cap.capability_data.capability_bits |= 1ULL << static_cast<int>(t);
     }
     return cap;

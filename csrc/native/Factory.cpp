@@ -41,19 +41,13 @@ at::Tensor filled_if_deterministic(at::Tensor t) {
   return t;
 }
 
-c10::Storage new_storage(c10::DeviceIndex device, size_t nbytes) {
-  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
-                                                            allocate_on(device, nbytes), device_allocator(),
-                                                            /*resizable=*/true));
-}
-
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
   const auto args = check_new_tensor(dtype, layout, device, pin_memory);
   at::detail::check_size_nonnegative(size);
   const size_t nbytes = at::detail::computeStorageNbytesContiguous(size, args.dtype.itemsize());
-  auto impl = c10::make_intrusive<MyDevTensorImpl>(new_storage(args.device.index(), nbytes), args.dtype);
+  auto impl = c10::make_intrusive<MyDevTensorImpl>(new_device_storage(args.device.index(), nbytes), args.dtype);
   impl->set_sizes_contiguous(size);
   const auto format = memory_format.value_or(at::MemoryFormat::Contiguous);
   if (format != at::MemoryFormat::Contiguous) {
@@ -68,7 +62,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   const auto args = check_new_tensor(dtype, layout, device, pin_memory);
   at::detail::check_size_nonnegative(size);
   const size_t nbytes = at::detail::computeStorageNbytes(size, stride, args.dtype.itemsize());
-  return filled_if_deterministic(make_tensor(new_storage(args.device.index(), nbytes), args.dtype, size, stride, 0));
+  return filled_if_deterministic(make_tensor(new_device_storage(args.device.index(), nbytes), args.dtype, size, stride, 0));
 }
 
 // Autograd's symbolic zero (the derivative of sgn for real inputs, of
@@ -112,4 +106,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 } // namespace
+
+c10::Storage new_device_storage(c10::DeviceIndex device, size_t nbytes) {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                            allocate_on(device, nbytes), device_allocator(),
+                                                            /*resizable=*/true));
+}
+
 } // namespace my_device

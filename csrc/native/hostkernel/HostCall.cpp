@@ -3,6 +3,7 @@
 #include <mydev_emulator.h>  // CPU kernels reach device memory at its kernel address
 
 #include <ATen/ops/empty_strided.h>
+#include <ATen/quantized/QTensorImpl.h>
 #include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
@@ -109,6 +110,8 @@ at::Tensor HostCall::to_host(const at::Tensor& t) {
   for (const auto& pair : tensors_) {
     if (pair.device.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return pair.host;
   }
+  // (First: mapping a per-channel quantizer's tensors adds storages.)
+  at::QuantizerPtr quantizer = t.is_quantized() ? moved_quantizer(t.quantizer(), true) : at::QuantizerPtr();
   c10::StorageImpl* device_storage = t.storage().unsafeGetStorageImpl();
   const c10::Storage* host_storage = nullptr;
   for (const auto& pair : storages_) {
@@ -120,9 +123,39 @@ at::Tensor HostCall::to_host(const at::Tensor& t) {
     storages_.push_back({device_storage, host_storage_over(device_storage, redirecting_allocator(), true)});
     host_storage = &storages_.back().host;
   }
+  if (quantizer) {
+    host_keys_ = host_keys_ | c10::DispatchKeySet(c10::DispatchKey::QuantizedCPU);
+    at::Tensor host = qtensor_over(t, *host_storage, c10::DispatchKey::QuantizedCPU, quantizer);
+    tensors_.push_back({host, t, quantizer.get()});
+    return host;
+  }
   at::Tensor host = host_tensor_like(t, *host_storage);
   tensors_.push_back({host, t});
   return host;
+}
+
+at::QuantizerPtr HostCall::moved_quantizer(const at::QuantizerPtr& q, bool to_host_side) {
+  const auto* per_channel = dynamic_cast<const at::PerChannelAffineQuantizer*>(q.get());
+  if (per_channel == nullptr) return q;  // per-tensor and unknown quantizers hold no tensors
+  auto move = [&](const at::Tensor& t) { return to_host_side ? to_host(t) : to_device(t); };
+  at::Tensor scales = move(per_channel->scales());
+  at::Tensor zero_points = move(per_channel->zero_points());
+  if (scales.is_same(per_channel->scales()) && zero_points.is_same(per_channel->zero_points())) return q;
+  if (dynamic_cast<const at::PerChannelAffineFloatQParamsQuantizer*>(per_channel) != nullptr) {
+    return c10::make_intrusive<at::PerChannelAffineFloatQParamsQuantizer>(q->scalar_type(), scales, zero_points,
+                                                                          per_channel->axis());
+  }
+  return c10::make_intrusive<at::PerChannelAffineQuantizer>(q->scalar_type(), scales, zero_points,
+                                                            per_channel->axis());
+}
+
+at::Tensor qtensor_over(const at::Tensor& geometry, c10::Storage storage, c10::DispatchKey key,
+                        at::QuantizerPtr quantizer) {
+  at::Tensor out = at::detail::make_tensor<at::QTensorImpl>(std::move(storage), c10::DispatchKeySet(key),
+                                                            geometry.dtype(), std::move(quantizer));
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(geometry.sizes(), geometry.strides(),
+                                                   geometry.storage_offset());
+  return out;
 }
 
 // Over the bytes as they are: a lazy clone's shared bytes stay shared
@@ -174,6 +207,10 @@ void HostCall::write_back() {
     // (linalg_lu_solve's out= kernel flips its output's conjugate bit for left=False)
     if (host->is_conj() != dev->is_conj()) dev->_set_conj(host->is_conj());
     if (host->is_neg() != dev->is_neg()) dev->_set_neg(host->is_neg());
+    if (pair.host_quantizer != nullptr) {
+      at::QuantizerPtr q = at::get_qtensorimpl(pair.host)->quantizer();
+      if (q.get() != pair.host_quantizer) at::get_qtensorimpl(pair.device)->set_quantizer_(moved_quantizer(q, false));
+    }
   }
   for (auto& pair : sparse_) {
     SparseMembers members = sparse_members(pair.host);
@@ -208,6 +245,9 @@ at::Tensor HostCall::to_device(const at::Tensor& r) {
   }
   c10::StorageImpl* host_storage = r.storage().unsafeGetStorageImpl();
   auto device_view = [&](const c10::Storage& storage) {
+    if (r.is_quantized()) {
+      return qtensor_over(r, storage, c10::DispatchKey::QuantizedPrivateUse1, moved_quantizer(r.quantizer(), false));
+    }
     at::Tensor out = make_tensor(storage, r.dtype(), r.sizes(), r.strides(), r.storage_offset());
     out.unsafeGetTensorImpl()->_set_conj(r.is_conj());
     out.unsafeGetTensorImpl()->_set_neg(r.is_neg());

@@ -11,6 +11,7 @@
 // copied on any of these paths.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/quantized/Quantizer.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
@@ -57,11 +58,18 @@ class HostCall {
   struct TensorPair {
     at::Tensor host;
     at::Tensor device;
+    // A quantized pair: the quantizer the host tensor was given, so that
+    // write_back() sees a kernel replace it (copy_ does).
+    const void* host_quantizer = nullptr;
   };
   struct Adopted {
     c10::StorageImpl* host;
     c10::Storage device;
   };
+  // `q` for a quantized tensor on the other side of the call: a per-channel
+  // quantizer's scales and zero points are tensors, which move with it.
+  at::QuantizerPtr moved_quantizer(const at::QuantizerPtr& q, bool to_host_side);
+
   c10::DeviceIndex device_;
   c10::DeviceIndex previous_output_device_;
   c10::SmallVector<StoragePair, 4> storages_;
@@ -123,6 +131,10 @@ void for_each_tensor(const c10::IValue& v, F&& f) {
 c10::Storage host_storage_over(c10::StorageImpl* device_storage, c10::Allocator* allocator, bool resizable);
 // A CPU tensor over `host` with `t`'s geometry and conj/neg bits: the host view of a device tensor.
 at::Tensor host_tensor_like(const at::Tensor& t, const c10::Storage& host);
+// A quantized tensor (QTensorImpl under `key`) over `storage` with `geometry`'s
+// sizes, strides and offset, `quantizer` and dtype.
+at::Tensor qtensor_over(const at::Tensor& geometry, c10::Storage storage, c10::DispatchKey key,
+                        at::QuantizerPtr quantizer);
 
 // Whether an argument is a Generator or a Generator?.
 bool is_optional_generator(const c10::Argument& arg);

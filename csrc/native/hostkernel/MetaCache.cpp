@@ -147,7 +147,7 @@ std::optional<Answer> run_meta(const c10::OperatorHandle& op, const std::vector<
   Specs specs;
   for (const c10::IValue& r : meta) {
     const at::Tensor& m = r.toTensor();
-    if (!m.defined()) return Answer();
+    if (!m.defined() || c10::isQIntType(m.scalar_type())) return Answer();
     specs.push_back({m.sizes().vec(), m.strides().vec(), m.scalar_type()});
   }
   return Answer(std::move(specs));

@@ -345,7 +345,8 @@ Answer answer_from_run(const Plan& plan, const torch::jit::Stack& stack, size_t 
   for (size_t k = stack.size() - nreturns; k < stack.size(); ++k) {
     if (!stack[k].isTensor()) return std::nullopt;
     const at::Tensor& t = stack[k].toTensor();
-    if (!t.defined() || t.layout() != c10::kStrided || t.device().type() != kMyDev || t.is_conj() || t.is_neg()) {
+    if (!t.defined() || t.layout() != c10::kStrided || t.device().type() != kMyDev || t.is_conj() || t.is_neg() ||
+        t.is_quantized()) {
       return std::nullopt;
     }
     if (fresh_outputs && (t.storage_offset() != 0 || !t.is_non_overlapping_and_dense())) return std::nullopt;

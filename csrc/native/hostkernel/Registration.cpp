@@ -23,6 +23,7 @@
 // (the functional and in-place forms of every structured op, addr, ...) gets
 // the host kernel: the composite one would run the op as several ops (meta,
 // empty, out=) where the CPU kernel is one call.
+#include <algorithm>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -45,16 +46,11 @@ struct Exclusion {
 // (except views, which it refuses), and my_device.fallback_counts() shows it.
 constexpr Exclusion kExclusions[] = {
     // Their CPU kernels produce or consume tensors of another layout or
-    // backend (MkldnnCPU, QuantizedCPU, NestedTensorCPU), which mydev cannot
-    // represent. (Sparse layouts it can: see Sparse.h.)
+    // backend (MkldnnCPU, NestedTensorCPU), which mydev cannot represent.
+    // (Sparse layouts and quantized tensors it can: see Sparse.h, Quantized.cpp.)
     {"mkldnn", "produces or needs oneDNN (mkldnn) layout tensors"},
     {"_mkldnn", "produces or needs oneDNN (mkldnn) layout tensors"},
     {"to_mkldnn", "produces oneDNN (mkldnn) layout tensors"},
-    {"quantize_per", "produces QuantizedCPU tensors"},
-    {"_make_per_", "produces QuantizedCPU tensors"},
-    {"_empty_affine_quantized", "produces QuantizedCPU tensors"},
-    {"_empty_per_channel_affine_quantized", "produces QuantizedCPU tensors"},
-    {"q_", "quantized-tensor accessors"},
     {"fbgemm_", "packs weights into opaque fbgemm buffers"},
     {"_nested", "produces NestedTensorCPU tensors"},
     // Pinning is a property of host memory; device tensors are never pinned,
@@ -103,6 +99,18 @@ const Exclusion* find_exclusion(std::string_view name) {
 }
 
 
+// The quantized:: ops served besides aten's: those that take and return
+// tensors and plain values only. An op holding packed weights (a custom class,
+// quantized::linear's LinearPackedParamsBase) would keep host aliases of device
+// memory inside an object that outlives the call.
+bool is_plain_quantized_op(const c10::OperatorHandle& op) {
+  if (op.operator_name().name.rfind("quantized::", 0) != 0 || !op.hasSchema()) return false;
+  auto plain = [](const c10::Argument& a) { return a.type()->kind() != c10::TypeKind::ClassType; };
+  const auto& schema = op.schema();
+  return std::all_of(schema.arguments().begin(), schema.arguments().end(), plain) &&
+         std::all_of(schema.returns().begin(), schema.returns().end(), plain);
+}
+
 std::string full_name(const c10::OperatorName& name) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
@@ -132,6 +140,8 @@ void register_all_host_kernels() {
       // Sparse layouts: HostCall maps a sparse tensor through its dense members.
       {c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1, &g_coverage.sparse_host_kernel},
       {c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1, &g_coverage.sparse_host_kernel},
+      // Quantized tensors: HostCall maps them with their quantizers.
+      {c10::DispatchKey::QuantizedCPU, c10::DispatchKey::QuantizedPrivateUse1, &g_coverage.quantized_host_kernel},
   };
   // The registrations live as long as the process; a Library's destructor
   // would unregister them.
@@ -139,23 +149,28 @@ void register_all_host_kernels() {
   for (size_t i = 0; i < std::size(pairs); ++i) {
     libs[i] = new torch::Library(torch::Library::IMPL, "aten", pairs[i].mydev, __FILE__, __LINE__);
   }
+  auto* quantized_lib = new torch::Library(torch::Library::IMPL, "quantized", c10::DispatchKey::QuantizedPrivateUse1,
+                                           __FILE__, __LINE__);
   auto& dispatcher = c10::Dispatcher::singleton();
   for (const auto& name : dispatcher.getAllOpNames()) {
-    if (name.name.rfind("aten::", 0) != 0) continue;
     auto handle = dispatcher.findOp(name);
-    if (!handle) continue;
+    const bool aten = name.name.rfind("aten::", 0) == 0;
+    if (!handle || (!aten && !is_plain_quantized_op(*handle))) continue;
     const std::string full = full_name(name);
-    const Exclusion* exclusion = find_exclusion(std::string_view(name.name).substr(6));
+    const Exclusion* exclusion = find_exclusion(std::string_view(name.name).substr(name.name.find("::") + 2));
     bool excluded = false;
     for (size_t i = 0; i < std::size(pairs); ++i) {
       const BackendPair& pair = pairs[i];
-      if (!handle->hasKernelForDispatchKey(pair.cpu)) continue;
+      if (!handle->hasKernelForDispatchKey(pair.cpu) || (!aten && pair.cpu != c10::DispatchKey::QuantizedCPU)) {
+        continue;
+      }
       if (handle->hasKernelForDispatchKey(pair.mydev)) {
         if (pair.mydev == c10::DispatchKey::PrivateUse1) g_coverage.own_kernel.push_back(full);
       } else if (exclusion != nullptr) {
         excluded = true;
       } else {
-        libs[i]->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
+        (aten ? libs[i] : quantized_lib)
+            ->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&host_kernel>());
         pair.registered->push_back(full);
       }
     }
