@@ -797,6 +797,10 @@ def test_matrix_products_are_queued_and_match_cpu():
     bias, x, w = torch.randn(4), torch.randn(3, 5), torch.randn(4, 5)
     b3 = torch.randn(2, 3, 5)
     s = torch.mydev.default_stream()
+    # (Each op's first call of a dtype signature runs at the call; later ones queue.)
+    torch.addmm(bias.to("mydev"), x.to("mydev"), w.to("mydev").t())
+    torch.bmm(b3.to("mydev"), b3.to("mydev").transpose(1, 2))
+    x.to("mydev") @ w.to("mydev").t()
     torch.mydev.synchronize()
     with delayed(s):
         out = torch.addmm(bias.to("mydev"), x.to("mydev"), w.to("mydev").t(), beta=0.5, alpha=2)

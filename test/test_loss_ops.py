@@ -229,6 +229,7 @@ def test_a_bad_target_is_raised_at_the_launch_under_launch_blocking(python_subpr
         import torch, my_device
         import torch.nn.functional as F
         x = torch.randn(4, 5, device="mydev")
+        F.nll_loss(x, torch.tensor([1, 3, 0, 2], device="mydev"))  # (a dtype signature's first call runs at the call)
         try:
             F.nll_loss(x, torch.tensor([1, 9, 0, 2], device="mydev"))
         except IndexError as e:                # (the CPU's type)
@@ -260,6 +261,7 @@ def test_a_queued_kernel_reads_and_writes_the_geometry_of_the_launch(name):
     x, t = torch.randn(4, 4), torch.tensor([0, 3, 1, 2])
     want = fn(x, t)
     dx = x.to("mydev")
+    fn(dx, t.to("mydev"))  # (a dtype signature's first call runs at the call; later ones queue)
     s = torch.mydev.default_stream()
     torch.mydev.synchronize()
     with delayed(s, us=20_000):

@@ -15,16 +15,16 @@ namespace my_device {
 std::tuple<at::Tensor, at::Tensor> native_dropout_by_bernoulli(const at::Tensor& input, double p,
                                                                std::optional<bool> train) {
   TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
-  if (input.numel() == 0 || !train.value_or(true) || p == 0) {
+  if (input.numel() == 0 || !train.value_or(true)) {
     return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
   }
-  if (p == 1) {
-    return {at::zeros_like(input), at::zeros_like(input, input.options().dtype(at::kBool))};
-  }
   // Device ops, queued like any: bernoulli.p draws from the device's generator
-  // (and traces, for the lazy backend).
-  const at::Tensor keep = at::bernoulli(input, 1 - p);
-  return {input.mul(keep).mul(1.0 / (1.0 - p)), keep.to(at::kBool)};
+  // (and traces, for the lazy backend). Scaled in place, as the CPU's kernel
+  // scales, so that an integer or bool input is refused at the call as there
+  // (its float scale cannot be written back into it), whatever p is.
+  const at::Tensor keep = p == 0 ? at::ones_like(input) : p == 1 ? at::zeros_like(input) : at::bernoulli(input, 1 - p);
+  at::Tensor output = input.mul(keep).mul_(p == 1 ? 0.0 : 1.0 / (1.0 - p));
+  return {std::move(output), keep.to(at::kBool)};
 }
 
 namespace {

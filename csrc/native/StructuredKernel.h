@@ -25,14 +25,17 @@
 #include <ATen/Version.h>
 #include <ATen/core/op_registration/adaption.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "Factory.h"
 #include "hostkernel/Breakdown.h"
@@ -502,6 +505,53 @@ C10_NOINLINE void run_first_call(c10::DeviceIndex device, Op& op, Impl impl) {
   g_confirmed_dtypes<Base>.fetch_or(uint64_t{1} << static_cast<int>(op.common_dtype()), std::memory_order_relaxed);
 }
 
+// The dtypes of a call's tensor arguments, one byte each by position (0: none
+// or undefined): what a kernel outside TensorIterator dispatches on. Its impl()
+// raises for a dtype, or a mix of dtypes, it lacks ("expected scalar type
+// Float but found Long" from bmm of float and long), which the CPU raises at
+// the call and CUDA's host code checks before its launch.
+template <class T>
+void add_dtype(uint64_t& signature, const T& arg) {
+  if constexpr (std::is_same_v<T, at::Tensor> || std::is_same_v<T, std::optional<at::Tensor>>) {
+    const at::Tensor* t = nullptr;
+    if constexpr (std::is_same_v<T, at::Tensor>) {
+      t = &arg;
+    } else if (arg.has_value()) {
+      t = &*arg;
+    }
+    const uint64_t code = (t != nullptr && t->defined()) ? static_cast<uint64_t>(t->scalar_type()) + 1 : 0;
+    signature = (signature << 8 | signature >> 56) ^ code;
+  }
+}
+template <class... Args>
+uint64_t dtype_signature(const Args&... args) {
+  uint64_t signature = 0;
+  (add_dtype(signature, args), ...);
+  return signature;
+}
+
+// The dtype signatures a kernel outside TensorIterator has run at the call
+// without raising (g_confirmed_dtypes' counterpart): later calls of one are
+// queued. Most calls repeat the last one confirmed, which is checked first.
+template <class Base>
+struct ConfirmedSignatures {
+  static bool contains(uint64_t signature) {
+    if (last.load(std::memory_order_relaxed) == signature) return true;
+    std::lock_guard<std::mutex> lock(mutex);
+    const bool found = std::find(all.begin(), all.end(), signature) != all.end();
+    if (found) last.store(signature, std::memory_order_relaxed);
+    return found;
+  }
+  static void add(uint64_t signature) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (std::find(all.begin(), all.end(), signature) == all.end()) all.push_back(signature);
+    last.store(signature, std::memory_order_relaxed);
+  }
+  static inline std::atomic<uint64_t> last{~uint64_t{0}};
+  static inline std::mutex mutex;
+  static inline std::vector<uint64_t> all;
+};
+
 // A short TensorIterator kernel on an idle stream runs at the call, over the
 // caller's own tensors, as the CPU runs it: no job holding its arguments, no
 // TensorImpl of the kernel's own, no task. Empty if the call must be queued
@@ -589,28 +639,38 @@ MYDEV_ALWAYS_INLINE std::array<at::Tensor, N> queue_functional(const char* label
     const bool short_kernel =
         is_short_kernel(operand_elements(args...) +
                         std::apply([](const auto&... o) { return operand_elements(o...); }, op.outputs));
-    // On an idle stream a short kernel runs now, over aliases of the caller's
-    // own tensors (or those tensors themselves: RunsOnDeviceTensors): no job,
-    // no references held, no task (as functional_now).
+    // impl() now, over aliases of the caller's own tensors (or those tensors
+    // themselves: RunsOnDeviceTensors).
+    auto run_here = [&](bool on_device_tensors) MYDEV_INLINE_BODY {
+      if (on_device_tensors) {
+        std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs);
+        return;
+      }
+      HostOperands host(nullptr);
+      auto host_args = std::make_tuple(host.alias(args)...);
+      std::array<at::Tensor, N> host_outputs;
+      for (size_t i = 0; i < N; ++i) host_outputs[i] = host.alias(op.outputs[i]);
+      HostCall call(device);
+      std::apply([&](const auto&... a) {
+        std::apply([&](const auto&... o) { op.impl(a..., o...); }, host_outputs);
+      }, host_args);
+    };
+    // A dtype signature's first call runs at the call, in stream order, so
+    // that a dtype impl() lacks raises there.
+    const uint64_t signature = dtype_signature(args...);
+    if (C10_UNLIKELY(!ConfirmedSignatures<Base>::contains(signature))) {
+      launch_inline(device, [&] { run_here(false); });
+      ConfirmedSignatures<Base>::add(signature);
+      return std::move(op.outputs);
+    }
+    // On an idle stream a short kernel runs now: no job, no references held,
+    // no task (as functional_now).
     if (short_kernel) {
       bool on_device_tensors = false;
       if constexpr (RunsOnDeviceTensors<Base>::value) {
         on_device_tensors = !strict_mode() && RunsOnDeviceTensors<Base>::accepts(args...);
       }
-      const bool ran = launch_if_idle(device, label, [&]() MYDEV_INLINE_BODY {
-        if (on_device_tensors) {
-          std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs);
-          return;
-        }
-        HostOperands host(nullptr);
-        auto host_args = std::make_tuple(host.alias(args)...);
-        std::array<at::Tensor, N> host_outputs;
-        for (size_t i = 0; i < N; ++i) host_outputs[i] = host.alias(op.outputs[i]);
-        HostCall call(device);
-        std::apply([&](const auto&... a) {
-          std::apply([&](const auto&... o) { op.impl(a..., o...); }, host_outputs);
-        }, host_args);
-      });
+      const bool ran = launch_if_idle(device, label, [&]() MYDEV_INLINE_BODY { run_here(on_device_tensors); });
       if (ran) return std::move(op.outputs);
     }
     // (A few hundred bytes: malloc's per-thread cache serves it faster than

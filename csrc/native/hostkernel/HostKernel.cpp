@@ -107,7 +107,8 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
   const c10::DeviceIndex device = scan.result();
   check_device_index(device);
   clock.mark(breakdown::kDeviceScan);
-  if (queue_host_kernel(op, stack, device)) {
+  PendingConfirmation pending;
+  if (queue_host_kernel(op, stack, device, pending)) {
     breakdown::count(/*queued=*/true);
     return;
   }
@@ -118,7 +119,7 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
   // its wait is the emulator's, which the sync debug mode does not report.
   std::optional<WarningWatch> watch;
   std::optional<UnreportedSync> unreported;
-  if (awaiting_confirmation()) {
+  if (pending.awaiting()) {
     watch.emplace(/*forward=*/true);
     unreported.emplace();
   }
@@ -154,7 +155,7 @@ void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
       }
     }
   });
-  confirm_signature(*stack, schema.returns().size(), watch && watch->warned());
+  confirm_signature(pending, *stack, schema.returns().size(), watch && watch->warned());
   inline_clock.mark(breakdown::kInline);
   breakdown::count(/*queued=*/false);
 }

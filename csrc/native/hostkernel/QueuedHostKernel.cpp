@@ -98,12 +98,6 @@ void add_overlaps(CallKey& key, const Plan& plan, const c10::IValue* args) {
   }
 }
 
-// The call waiting for its first run at the call to confirm its signature:
-// an in-place op's (whose answer is known), or a new signature's, whose
-// answer that run gives (tls_unconfirmed null, tls_new_key its key).
-thread_local const Plan* tls_unconfirmed_plan = nullptr;
-thread_local std::shared_ptr<const Signature> tls_unconfirmed;
-thread_local std::string tls_new_key;
 
 // Scalar arguments are checked by CPU kernels that Meta kernels do not all
 // repeat: the random in-place ops' parameters (uniform_'s range, random_'s
@@ -329,10 +323,6 @@ struct QueuedCall {
 
 } // namespace
 
-bool awaiting_confirmation() {
-  return tls_unconfirmed_plan != nullptr;
-}
-
 namespace {
 
 // A new signature's answer: the outputs of its first run at the call, when a
@@ -357,17 +347,17 @@ Answer answer_from_run(const Plan& plan, const torch::jit::Stack& stack, size_t 
 
 } // namespace
 
-void confirm_signature(const torch::jit::Stack& stack, size_t nreturns, bool warned) {
-  if (tls_unconfirmed_plan == nullptr) return;
-  const Plan& plan = *std::exchange(tls_unconfirmed_plan, nullptr);
-  const std::shared_ptr<const Signature> signature = std::exchange(tls_unconfirmed, nullptr);
+void confirm_signature(PendingConfirmation& pending, const torch::jit::Stack& stack, size_t nreturns, bool warned) {
+  if (!pending.awaiting()) return;
+  const Plan& plan = *std::exchange(pending.plan, nullptr);
+  const std::shared_ptr<const Signature> signature = std::exchange(pending.signature, nullptr);
   // A call that warns keeps running at the call, so that its warning comes
   // where the caller can catch it, every time, as on CPU.
   if (warned) return;
   if (!signature) {
     Answer answer = answer_from_run(plan, stack, nreturns);
     const bool queueable = answer.has_value();
-    auto entry = plan.meta_cache.insert(tls_new_key, std::move(answer));
+    auto entry = plan.meta_cache.insert(pending.new_key, std::move(answer));
     if (queueable) entry->verified.store(true, std::memory_order_release);
     return;
   }
@@ -389,9 +379,9 @@ void confirm_signature(const torch::jit::Stack& stack, size_t nreturns, bool war
   signature->verified.store(true, std::memory_order_release);
 }
 
-bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
+bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
+                       PendingConfirmation& pending) {
   breakdown::Clock clock;
-  tls_unconfirmed_plan = nullptr;  // (an earlier call's run at the call failed)
   const Plan& plan = plan_for(op);
   if (plan.kind == Kind::Inline || plan.refuted.load(std::memory_order_relaxed)) return false;
   // CPU kernels read deterministic mode, a process-wide setting, when they run:
@@ -443,8 +433,8 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   if (!signature) {
     // (A copy of the key: the run may call Python, whose finalisers may
     // launch mydev ops on this thread and reuse its key buffer.)
-    tls_unconfirmed_plan = &plan;
-    tls_new_key = key.shape();
+    pending.plan = &plan;
+    pending.new_key = key.shape();
     return false;
   }
   if (!signature->answer) return false;
@@ -452,8 +442,8 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   if (!signature->verified.load(std::memory_order_acquire)) {
     // Runs at the call, where the CPU kernel makes its checks; confirm_signature
     // checks its outputs against specs.
-    tls_unconfirmed_plan = &plan;
-    tls_unconfirmed = std::move(signature);
+    pending.plan = &plan;
+    pending.signature = std::move(signature);
     return false;
   }
   if (!quiet) return false;  // it warned: at the call, where the CPU kernel warns once

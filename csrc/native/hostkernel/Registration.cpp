@@ -53,6 +53,10 @@ constexpr Exclusion kExclusions[] = {
     {"to_mkldnn", "produces oneDNN (mkldnn) layout tensors"},
     {"fbgemm_", "packs weights into opaque fbgemm buffers"},
     {"_nested", "produces NestedTensorCPU tensors"},
+    // The CPU's narrow_copy kernel indexes sizes by an unchecked dim (an
+    // out-of-range dim is an internal check's error, not narrow's IndexError);
+    // without it, mydev takes the composite kernel (narrow, then clone), as CUDA does.
+    {"=narrow_copy", "the CPU kernel skips narrow's dimension check; the composite kernel, CUDA's, makes it"},
     // Pinning is a property of host memory; device tensors are never pinned,
     // and their answer comes from the device hooks, not from a CPU kernel.
     {"=_pin_memory", "host-memory pinning, meaningless for device tensors"},
