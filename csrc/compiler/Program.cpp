@@ -270,45 +270,68 @@ std::shared_ptr<Program> Program::compile(Graph graph) {
   return p;
 }
 
+// What resolve_nodes finds out about each node.
+struct Program::NodeFacts {
+  std::vector<std::optional<c10::OperatorHandle>> ops;
+  std::vector<bool> view;     // a view of its first argument
+  std::vector<bool> barrier;  // mutates an argument: no fusion across it
+};
+
 void Program::build() {
   const Graph& g = graph_;
-  const size_t nv = g.values.size();
   stats_.nodes = static_cast<int64_t>(g.nodes.size());
-  where_.assign(nv, Location{});
+  where_.assign(g.values.size(), Location{});
   for (size_t i = 0; i < g.inputs.size(); ++i) where_[g.inputs[i]] = {Location::Input, g.inputs[i], static_cast<int>(i)};
+  check_geometry();
+  const NodeFacts facts = resolve_nodes();
+  order_steps(facts);
+  stats_.steps = static_cast<int64_t>(steps_.size());
+  step_ns_ = std::vector<std::atomic<int64_t>>(steps_.size());
+  place_values();
+}
 
-  // 0. Geometry: every value's must be one a tensor can have, and a view must
-  // stay inside its base's storage. A program is text that may come from a file
-  // (a saved TorchScript module's lowered form): the kernels trust its
-  // geometry, so a wrong one would read or write out of bounds.
+// Every value's geometry must be one a tensor can have, and a view must stay
+// inside its base's storage. A program is text that may come from a file (a
+// saved TorchScript module's lowered form): the kernels trust its geometry, so
+// a wrong one would read or write out of bounds.
+void Program::check_geometry() {
+  const Graph& g = graph_;
   input_reach_.assign(g.inputs.size(), 0);
-  for (size_t v = 0; v < nv; ++v) {
+  for (size_t v = 0; v < g.values.size(); ++v) {
     const TensorMeta& m = g.values[v].meta;
     bool valid = m.offset >= 0 && m.sizes.size() == m.strides.size();
     for (size_t d = 0; valid && d < m.sizes.size(); ++d) valid = m.sizes[d] >= 0 && m.strides[d] >= 0;
     TORCH_CHECK(valid, "mydev compiler: value %", v, " has the geometry ", m.str(),
                 ", which no tensor has (negative sizes, strides or offset, or sizes and strides of different ranks)");
   }
-  auto check_reach = [&](const Node& n, int out, int base) {
-    const size_t need = g.values[out].meta.storage_bytes();
-    if (where_[base].kind == Location::Input) {
-      size_t& reach = input_reach_[static_cast<size_t>(where_[base].slot)];
-      reach = std::max(reach, need);
-      return;
-    }
-    TORCH_CHECK(need <= g.values[base].meta.storage_bytes(), "mydev compiler: ", n.op, " (line ", n.line,
-                ") gives %", out, " ", g.values[out].meta.str(), ", which reaches ", need,
-                " bytes of storage, but its base %", base, " (", g.values[base].meta.str(), ") holds ",
-                g.values[base].meta.storage_bytes());
-  };
+}
 
-  // 1. Operators, views and aliases.
-  std::vector<std::optional<c10::OperatorHandle>> ops(g.nodes.size());
-  std::vector<bool> view(g.nodes.size(), false), barrier(g.nodes.size(), false);
+void Program::check_reach(const Node& n, int out, int base) {
+  const Graph& g = graph_;
+  const size_t need = g.values[out].meta.storage_bytes();
+  if (where_[base].kind == Location::Input) {
+    size_t& reach = input_reach_[static_cast<size_t>(where_[base].slot)];
+    reach = std::max(reach, need);
+    return;
+  }
+  TORCH_CHECK(need <= g.values[base].meta.storage_bytes(), "mydev compiler: ", n.op, " (line ", n.line,
+              ") gives %", out, " ", g.values[out].meta.str(), ", which reaches ", need,
+              " bytes of storage, but its base %", base, " (", g.values[base].meta.str(), ") holds ",
+              g.values[base].meta.storage_bytes());
+}
+
+// Operators, views and aliases: each node's operator, and the storage each
+// value lives in (where_[v].root).
+Program::NodeFacts Program::resolve_nodes() {
+  const Graph& g = graph_;
+  NodeFacts f;
+  f.ops.resize(g.nodes.size());
+  f.view.assign(g.nodes.size(), false);
+  f.barrier.assign(g.nodes.size(), false);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    ops[i] = resolve(n);
-    const c10::FunctionSchema& s = ops[i]->schema();
+    f.ops[i] = resolve(n);
+    const c10::FunctionSchema& s = f.ops[i]->schema();
     TORCH_CHECK(n.args.size() == s.arguments().size(), "mydev compiler: ", n.op, " takes ", s.arguments().size(),
                 " arguments, the program gives ", n.args.size(), " (line ", n.line, ")");
     for (int out : n.outputs) {
@@ -316,13 +339,13 @@ void Program::build() {
     }
     const int first = n.args.empty() ? -1 : n.args[0].value;
     if (is_view(s) && first >= 0 && n.outputs[0] >= 0 && g.values[first].meta.dtype == g.values[n.outputs[0]].meta.dtype) {
-      view[i] = true;
+      f.view[i] = true;
       where_[n.outputs[0]].root = where_[first].root;
       check_reach(n, n.outputs[0], where_[first].root);
       stats_.views += 1;
       continue;
     }
-    barrier[i] = mutates(s);
+    f.barrier[i] = mutates(s);
     // Returns that alias an argument (split, an in-place op's self) live in that argument's storage.
     for (size_t r = 0; r < n.outputs.size() && r < s.returns().size(); ++r) {
       const int a = aliased_argument(s, r);
@@ -332,32 +355,85 @@ void Program::build() {
       }
     }
   }
-  auto root = [&](int v) { return where_[v].root; };
+  return f;
+}
 
-  // 2. Uses, for deciding what a fused group must store.
-  std::vector<std::vector<int>> users(nv);
-  auto note_uses = [&](auto&& self, const Arg& a, int node) -> void {
-    if (a.value >= 0) users[a.value].push_back(node);
-    for (const Arg& e : a.items) self(self, e, node);
-  };
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (const Arg& a : g.nodes[i].args) note_uses(note_uses, a, static_cast<int>(i));
+// The steps: fusion groups and calls, in an order that respects every
+// dependency. Nodes are taken in graph order; a fusible pointwise node joins the
+// open group when it has the group's shape and reads only the group's results
+// or inputs that broadcast to it; anything else closes the group (flush).
+class Program::StepOrder {
+ public:
+  StepOrder(Program& p, const NodeFacts& f) : p_(p), g_(p.graph_), f_(f), users_(g_.values.size()) {
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      for (const Arg& a : g_.nodes[i].args) note_uses(a, static_cast<int>(i));
+    }
+    graph_outputs_.insert(g_.outputs.begin(), g_.outputs.end());
+    any_mutation_ = std::find(f.barrier.begin(), f.barrier.end(), true) != f.barrier.end();
+    done_.assign(g_.nodes.size(), false);
   }
-  std::unordered_set<int> graph_outputs(g.outputs.begin(), g.outputs.end());
 
-  // 3. Steps: fusion groups and calls, in an order that respects every dependency.
-  std::vector<int> members;
-  std::unordered_set<int> produced;
-  std::vector<int64_t> shape;
-  auto emit_call = [&](int i) {
-    const Node& n = g.nodes[i];
-    const c10::FunctionSchema& s = ops[i]->schema();
+  void run() {
+    for (size_t idx = 0; idx < g_.nodes.size(); ++idx) {
+      const int i = static_cast<int>(idx);
+      const Node& n = g_.nodes[i];
+      cursor_ = idx;
+      if (f_.view[i] || done_[i]) continue;
+      if (!f_.barrier[i] && is_fusible_pointwise(g_, n)) {
+        if (members_.empty() || !joins_group(n)) {
+          flush();
+          shape_ = g_.values[n.outputs[0]].meta.sizes;
+        }
+        members_.push_back(i);
+        produced_.insert(n.outputs[0]);
+        continue;
+      }
+      if (!f_.barrier[i] && fusible_reduction(g_, n) && !members_.empty() && produced_.count(n.args[0].value) &&
+          g_.values[n.args[0].value].meta.sizes == shape_) {
+        members_.push_back(i);
+        flush();
+        continue;
+      }
+      if (uses_group(n) || f_.barrier[i]) flush();
+      emit_call(i);
+    }
+    flush();
+  }
+
+ private:
+  // Uses, for deciding what a fused group must store.
+  void note_uses(const Arg& a, int node) {
+    if (a.value >= 0) users_[a.value].push_back(node);
+    for (const Arg& e : a.items) note_uses(e, node);
+  }
+
+  bool reads_group(const Arg& x) const {
+    if (x.value >= 0 && produced_.count(p_.root(x.value))) return true;
+    return std::any_of(x.items.begin(), x.items.end(), [&](const Arg& e) { return reads_group(e); });
+  }
+  bool uses_group(const Node& n) const {
+    return std::any_of(n.args.begin(), n.args.end(), [&](const Arg& a) { return reads_group(a); });
+  }
+
+  bool joins_group(const Node& n) const {
+    if (g_.values[n.outputs[0]].meta.sizes != shape_) return false;
+    for (const Arg& a : n.args) {
+      if (a.value < 0 || produced_.count(a.value)) continue;
+      if (produced_.count(p_.root(a.value))) return false;  // a view of the group's own result
+      if (!broadcasts_to(g_.values[a.value].meta.sizes, shape_)) return false;
+    }
+    return true;
+  }
+
+  void emit_call(int i) {
+    const Node& n = g_.nodes[i];
+    const c10::FunctionSchema& s = f_.ops[i]->schema();
     Step step;
     step.kind = Step::Call;
     step.node = i;
     step.label = label_of(n);
     step.outputs = n.outputs;
-    step.op = ops[i];
+    step.op = f_.ops[i];
     for (size_t k = 0; k < n.args.size(); ++k) {
       const Arg& a = n.args[k];
       const c10::Argument& formal = s.arguments()[k];
@@ -381,134 +457,109 @@ void Program::build() {
       }
     }
     const bool all_used = std::find(n.outputs.begin(), n.outputs.end(), -1) == n.outputs.end();
-    if (auto out = out_overload(*ops[i]); out && !barrier[i] && all_used) {
+    if (auto out = out_overload(*f_.ops[i]); out && !f_.barrier[i] && all_used) {
       step.op = out;
       step.use_out = true;
-      stats_.out_calls += 1;
-      if (auto gemm = gemm_of(g, n, step)) {
+      p_.stats_.out_calls += 1;
+      if (auto gemm = gemm_of(g_, n, step)) {
         step.kind = Step::Gemm;
         step.gemm = *gemm;
-        stats_.gemms += 1;
+        p_.stats_.gemms += 1;
       }
     }
-    stats_.calls += 1;
-    steps_.push_back(std::move(step));
-  };
+    p_.stats_.calls += 1;
+    p_.steps_.push_back(std::move(step));
+  }
+
   // A reduction of the group's result that comes later in the graph (after a
   // reader of that result that ends the group: a bias gradient's sum after the
   // weight gradient's mm) joins the group now; it depends on nothing else, so
   // computing it early is safe in a graph without mutation.
-  const bool any_mutation = std::find(barrier.begin(), barrier.end(), true) != barrier.end();
-  std::vector<bool> done(g.nodes.size(), false);
-  size_t cursor = 0;
-  auto pull_reduction = [&] {
-    if (any_mutation || members.empty() || fusible_reduction(g, g.nodes[members.back()])) return;
-    for (size_t j = cursor; j < g.nodes.size(); ++j) {
-      const Node& r = g.nodes[j];
-      if (done[j] || view[j] || !fusible_reduction(g, r)) continue;
+  void pull_reduction() {
+    if (any_mutation_ || members_.empty() || fusible_reduction(g_, g_.nodes[members_.back()])) return;
+    for (size_t j = cursor_; j < g_.nodes.size(); ++j) {
+      const Node& r = g_.nodes[j];
+      if (done_[j] || f_.view[j] || !fusible_reduction(g_, r)) continue;
       const int in = r.args[0].value;
-      if (produced.count(in) && g.values[in].meta.sizes == shape) {
-        members.push_back(static_cast<int>(j));
-        done[j] = true;
+      if (produced_.count(in) && g_.values[in].meta.sizes == shape_) {
+        members_.push_back(static_cast<int>(j));
+        done_[j] = true;
         return;
       }
     }
-  };
-  auto flush = [&] {
-    if (members.empty()) return;
+  }
+
+  // Closes the open group: one fused kernel, or its members as calls.
+  void flush() {
+    if (members_.empty()) return;
     pull_reduction();
     // A lone op is a fused kernel only while it is small: there the kernel's
     // flat pass beats the ATen call's setup; on large tensors ATen's own
     // vectorized loops win.
-    if (members.size() == 1 && g.values[g.nodes[members[0]].outputs[0]].meta.numel() >= kFlatMaxElements) {
-      emit_call(members[0]);
-    } else {
-      const std::unordered_set<int> in_group(members.begin(), members.end());
-      std::vector<int> stored;
-      for (int m : members) {
-        const int v = g.nodes[m].outputs[0];
-        bool outside = graph_outputs.count(v) > 0 || m == members.back();
-        for (int u : users[v]) outside = outside || !in_group.count(u);
-        if (outside) stored.push_back(v);
-      }
-      Step step;
-      step.kind = Step::Fused;
-      step.node = members.back();
-      step.label = members.size() == 1 ? "fused " + label_of(g.nodes[members[0]])
-                                       : "fused group of " + std::to_string(members.size()) + " ops ending with " +
-                                             label_of(g.nodes[members.back()]);
-      step.kernel = build_kernel(g, members, stored, step.inputs);
-      if (step.kernel.num_registers > kMaxRegisters) {
-        for (int m : members) emit_call(m);
-        members.clear();
-        produced.clear();
-        return;
-      }
-      // A fused reduction's result is stored last (ElementwiseKernel::run).
-      if (step.kernel.reduce != ReduceKind::None) {
-        const int r = g.nodes[members.back()].outputs[0];
-        stored.erase(std::remove(stored.begin(), stored.end(), r), stored.end());
-        stored.push_back(r);
-      }
-      step.outputs = stored;
-      stats_.fused_groups += 1;
-      stats_.fused_nodes += static_cast<int64_t>(members.size());
-      steps_.push_back(std::move(step));
+    if (members_.size() == 1 && g_.values[g_.nodes[members_[0]].outputs[0]].meta.numel() >= kFlatMaxElements) {
+      emit_call(members_[0]);
+    } else if (!emit_fused()) {
+      for (int m : members_) emit_call(m);
     }
-    members.clear();
-    produced.clear();
-  };
-  auto joins_group = [&](const Node& n) {
-    const std::vector<int64_t>& out_shape = g.values[n.outputs[0]].meta.sizes;
-    if (out_shape != shape) return false;
-    for (const Arg& a : n.args) {
-      if (a.value < 0 || produced.count(a.value)) continue;
-      if (produced.count(root(a.value))) return false;  // a view of the group's own result
-      if (!broadcasts_to(g.values[a.value].meta.sizes, shape)) return false;
-    }
-    return true;
-  };
-  for (size_t idx = 0; idx < g.nodes.size(); ++idx) {
-    const int i = static_cast<int>(idx);
-    const Node& n = g.nodes[i];
-    cursor = idx;
-    if (view[i] || done[i]) continue;
-    bool uses_group = false;
-    for (const Arg& a : n.args) {
-      auto check = [&](auto&& self, const Arg& x) -> void {
-        if (x.value >= 0 && produced.count(root(x.value))) uses_group = true;
-        for (const Arg& e : x.items) self(self, e);
-      };
-      check(check, a);
-    }
-    if (!barrier[i] && is_fusible_pointwise(g, n)) {
-      if (!members.empty() && joins_group(n)) {
-        members.push_back(i);
-        produced.insert(n.outputs[0]);
-        continue;
-      }
-      flush();
-      members.push_back(i);
-      produced.insert(n.outputs[0]);
-      shape = g.values[n.outputs[0]].meta.sizes;
-      continue;
-    }
-    if (!barrier[i] && fusible_reduction(g, n) && members.size() >= 1 && produced.count(n.args[0].value) &&
-        g.values[n.args[0].value].meta.sizes == shape) {
-      members.push_back(i);
-      flush();
-      continue;
-    }
-    if (uses_group || barrier[i]) flush();
-    emit_call(i);
+    members_.clear();
+    produced_.clear();
   }
-  flush();
-  stats_.steps = static_cast<int64_t>(steps_.size());
-  step_ns_ = std::vector<std::atomic<int64_t>>(steps_.size());
 
-  // 4. Where each value lives: graph outputs' storages are returned buffers,
-  // other step results that an out= kernel or a fused kernel writes are
-  // planned in the arena, the rest are held as the call returned them.
+  // The group as one fused kernel, or false if its kernel needs more registers than a kernel has.
+  bool emit_fused() {
+    const std::unordered_set<int> in_group(members_.begin(), members_.end());
+    std::vector<int> stored;
+    for (int m : members_) {
+      const int v = g_.nodes[m].outputs[0];
+      bool outside = graph_outputs_.count(v) > 0 || m == members_.back();
+      for (int u : users_[v]) outside = outside || !in_group.count(u);
+      if (outside) stored.push_back(v);
+    }
+    Step step;
+    step.kind = Step::Fused;
+    step.node = members_.back();
+    step.label = members_.size() == 1 ? "fused " + label_of(g_.nodes[members_[0]])
+                                      : "fused group of " + std::to_string(members_.size()) + " ops ending with " +
+                                            label_of(g_.nodes[members_.back()]);
+    step.kernel = build_kernel(g_, members_, stored, step.inputs);
+    if (step.kernel.num_registers > kMaxRegisters) return false;
+    // A fused reduction's result is stored last (ElementwiseKernel::run).
+    if (step.kernel.reduce != ReduceKind::None) {
+      const int r = g_.nodes[members_.back()].outputs[0];
+      stored.erase(std::remove(stored.begin(), stored.end(), r), stored.end());
+      stored.push_back(r);
+    }
+    step.outputs = stored;
+    p_.stats_.fused_groups += 1;
+    p_.stats_.fused_nodes += static_cast<int64_t>(members_.size());
+    p_.steps_.push_back(std::move(step));
+    return true;
+  }
+
+  Program& p_;
+  const Graph& g_;
+  const NodeFacts& f_;
+  std::vector<std::vector<int>> users_;
+  std::unordered_set<int> graph_outputs_;
+  bool any_mutation_ = false;
+  std::vector<bool> done_;
+  size_t cursor_ = 0;
+  // The open group: its nodes, the values they produce, and its shape.
+  std::vector<int> members_;
+  std::unordered_set<int> produced_;
+  std::vector<int64_t> shape_;
+};
+
+void Program::order_steps(const NodeFacts& facts) {
+  StepOrder(*this, facts).run();
+}
+
+// Where each value lives: graph outputs' storages are returned buffers, other
+// step results that an out= kernel or a fused kernel writes are planned in the
+// arena, the rest are held as the call returned them.
+void Program::place_values() {
+  const Graph& g = graph_;
+  const size_t nv = g.values.size();
   std::unordered_set<int> escaping;
   for (int o : g.outputs) {
     if (where_[root(o)].kind != Location::Input) escaping.insert(root(o));
