@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/Device.h"
+#include "core/Event.h"
 #include "core/Exception.h"
 #include "core/Launch.h"
 #include "core/Stream.h"
@@ -45,11 +46,7 @@ struct CommOp {
   TransportCall run;
   std::function<void()> after;
   c10::intrusive_ptr<c10d::Work> transport_work;  // set on the communication stream
-  mydevEvent_t done = nullptr;                     // recorded after the operation completed
-
-  ~CommOp() {
-    if (done != nullptr) mydevEventDestroy(done);
-  }
+  Event done;                                      // recorded after the operation completed
 
   std::exception_ptr error() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -78,8 +75,8 @@ struct CommOp {
 struct DeviceStreams {
   c10::Stream comm;        // runs every operation of the group on this device, in the callers' order
   c10::Stream completion;  // completes point-to-point transfers, in order
-  mydevEvent_t ready;      // re-recorded per operation: the caller's stream reached it
-  mydevEvent_t issued;     // re-recorded per operation: the comm stream started it
+  Event ready;             // re-recorded per operation: the caller's stream reached it
+  Event issued;            // re-recorded per operation: the comm stream started it
 };
 
 struct GroupState {
@@ -98,13 +95,6 @@ struct GroupState {
   // Stream side: transfers started on the comm stream, not yet completed.
   std::mutex in_flight_mutex;
   std::vector<std::shared_ptr<CommOp>> in_flight;
-
-  ~GroupState() {
-    for (auto& [device, s] : streams) {
-      mydevEventDestroy(s.ready);
-      mydevEventDestroy(s.issued);
-    }
-  }
 };
 
 namespace {
@@ -239,12 +229,6 @@ void launch_on(const c10::Stream& stream, const char* label, F&& body) {
   set_current_stream(previous);
 }
 
-mydevEvent_t new_event() {
-  mydevEvent_t event = nullptr;
-  MYDEV_CHECK(mydevEventCreateWithFlags(&event, mydevEventDisableTiming));
-  return event;
-}
-
 // The comm stream's task: waits for transfers in flight that touch the same
 // memory, then runs the transport call. A collective runs to its end here, so
 // that the stream orders it before what follows; a transfer only starts.
@@ -315,14 +299,14 @@ class WorkMCCL final : public c10d::Work {
   }
 
   bool isCompleted() override {
-    const mydevError_t err = mydevEventQuery(op_->done);
+    const mydevError_t err = op_->done.query();
     if (err == mydevErrorNotReady) return false;
     MYDEV_CHECK(err);
     return true;
   }
 
   bool isSuccess() const override {
-    return mydevEventQuery(op_->done) == mydevSuccess && !op_->error();
+    return op_->done.query() == mydevSuccess && !op_->error();
   }
 
   std::exception_ptr exception() const override {
@@ -375,12 +359,12 @@ class WorkMCCL final : public c10d::Work {
 
   void block_current_stream() {
     RuntimeDeviceGuard on_device(device_);
-    MYDEV_CHECK(mydevStreamWaitEvent(current_stream_handle(device_), op_->done));
+    MYDEV_CHECK(mydevStreamWaitEvent(current_stream_handle(device_), op_->done.get()));
   }
 
   void wait_on_host_for(std::chrono::milliseconds timeout) const {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (mydevEventQuery(op_->done) == mydevErrorNotReady) {
+    while (op_->done.query() == mydevErrorNotReady) {
       if (std::chrono::steady_clock::now() >= deadline) {
         C10_THROW_ERROR(DistBackendError, "mccl " + op_->name + ": wait timed out after " +
                                               std::to_string(timeout.count()) + "ms on rank " +
@@ -393,7 +377,7 @@ class WorkMCCL final : public c10d::Work {
 
   void wait_on_host() const {
     // (torch's Python binding of Work.wait releases the GIL.)
-    finish_host_wait(mydevEventSynchronize(op_->done));
+    finish_host_wait(op_->done.synchronize());
   }
 
   std::shared_ptr<CommOp> op_;
@@ -456,7 +440,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::enqueue(Call call) {
   op->point_to_point = call.point_to_point;
   op->run = std::move(call.run);
   op->after = std::move(call.after);
-  op->done = new_event();
 
   GroupState& g = *state_;
   std::lock_guard<std::mutex> lock(g.enqueue_mutex);
@@ -464,37 +447,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMCCL::enqueue(Call call) {
   RuntimeDeviceGuard on_device(device);
   auto it = g.streams.find(device);
   if (it == g.streams.end()) {
-    DeviceStreams s{stream_from_pool(device, 0), stream_from_pool(device, 0), new_event(), new_event()};
-    it = g.streams.emplace(device, s).first;
+    it = g.streams.emplace(device, DeviceStreams{stream_from_pool(device, 0), stream_from_pool(device, 0), Event(),
+                                                 Event()}).first;
   }
   DeviceStreams& s = it->second;
   const mydevStream_t comm = stream_handle(s.comm);
   const mydevStream_t completion = stream_handle(s.completion);
 
   // After the work queued so far on the caller's stream ...
-  MYDEV_CHECK(mydevEventRecord(s.ready, current_stream_handle(device)));
-  MYDEV_CHECK(mydevStreamWaitEvent(comm, s.ready));
+  MYDEV_CHECK(s.ready.record(current_stream_handle(device)));
+  MYDEV_CHECK(mydevStreamWaitEvent(comm, s.ready.get()));
   // ... and after the group's previous operation started, if on another device.
   if (g.last_device >= 0 && g.last_device != device) {
-    MYDEV_CHECK(mydevStreamWaitEvent(comm, g.streams.at(g.last_device).issued));
+    MYDEV_CHECK(mydevStreamWaitEvent(comm, g.streams.at(g.last_device).issued.get()));
   }
   if (call.join) {
-    MYDEV_CHECK(mydevEventRecord(s.ready, completion));
-    MYDEV_CHECK(mydevStreamWaitEvent(comm, s.ready));
+    MYDEV_CHECK(s.ready.record(completion));
+    MYDEV_CHECK(mydevStreamWaitEvent(comm, s.ready.get()));
   }
   auto state = state_;
   const bool fence = call.fence;
   launch_on(s.comm, call.label, [state, op, fence] { issue(*state, op, fence); });
-  MYDEV_CHECK(mydevEventRecord(s.issued, comm));
+  MYDEV_CHECK(s.issued.record(comm));
   g.last_device = device;
 
   c10::Stream done_stream = s.comm;
   if (call.point_to_point) {
-    MYDEV_CHECK(mydevStreamWaitEvent(completion, s.issued));
+    MYDEV_CHECK(mydevStreamWaitEvent(completion, s.issued.get()));
     launch_on(s.completion, call.label, [state, op] { complete(*state, op); });
     done_stream = s.completion;
   }
-  MYDEV_CHECK(mydevEventRecord(op->done, stream_handle(done_stream)));
+  MYDEV_CHECK(op->done.record(stream_handle(done_stream)));
   return c10::make_intrusive<WorkMCCL>(op, done_stream, call.type, rank_, std::move(call.outputs), call.blocking);
 }
 
