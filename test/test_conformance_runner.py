@@ -61,6 +61,35 @@ def test_sweep_writes_a_report_and_compares_with_a_baseline(tmp_path):
     assert not report.compare([skipped], [dict(skipped, outcome="xfail")])[0]
 
 
+@pytest.mark.parametrize("frontend", ["compile", "inductor", "lazy"])
+def test_a_frontend_runs_the_sample_through_it_and_agrees_with_cpu(frontend):
+    import torch
+    from torch._dynamo.utils import counters
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from my_device.conformance import frontends
+
+    op = next(o for o in op_db if o.name == "mul")
+    sample = next(iter(op.sample_inputs("cpu", torch.float32)))
+    on_mydev = sample.transform(lambda t: t.to("mydev") if isinstance(t, torch.Tensor) else t)
+    counters.clear()
+    out = frontends.call(frontend, op, on_mydev)
+    assert out.device.type == "mydev"
+    torch.testing.assert_close(out.cpu(), op(sample.input, *sample.args, **sample.kwargs))
+    compiled = counters["stats"]["unique_graphs"]
+    assert compiled == (0 if frontend == "lazy" else 1)  # (lazy traces instead: a mydev program per mark_step)
+
+
+@pytest.mark.slow
+def test_frontend_sweep_reports_its_frontend(tmp_path):
+    r = _run(tmp_path, "--ops", "add,sin", "--dtypes", "float32", "--frontend", "compile")
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["meta"]["frontend"] == "compile"
+    assert {x["test"] for x in data["results"]} == {"test_forward", "test_backward"}
+    assert {x["outcome"] for x in data["results"]} == {"pass"}
+
+
 def test_manifest_entries_apply_to_the_first_test_instantiated(tmp_path):
     """Under the recording plugin, a manifest skip is reported as a skip and an xfail as an xfail.
 

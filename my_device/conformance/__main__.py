@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from . import manifest, pytorch_suite, report, selection
+from . import frontends, manifest, pytorch_suite, report, selection
 from .plugin import RESULTS_VAR
 
 _TESTS = pathlib.Path(__file__).resolve().parents[2] / "test"
@@ -50,7 +50,12 @@ def _parse(argv):
     p.add_argument("--modules", help="--suite modules: comma-separated module names, e.g. nn.LSTM (default: all)")
     p.add_argument("--dtypes", help="comma-separated dtypes, e.g. float32,int64 (default: all the CPU supports); "
                    "with --suite pytorch: only the tests instantiated for them ('none': those without a dtype)")
-    p.add_argument("--tests", help="comma-separated test names, e.g. test_forward,test_backward (default: all)")
+    p.add_argument("--tests", help="comma-separated test names, e.g. test_forward,test_backward (default: all, "
+                   "or test_forward,test_backward with a --frontend other than eager)")
+    p.add_argument("--frontend", default="eager", choices=frontends.FRONTENDS,
+                   help="--suite ops: what mydev's side of each sample runs through: eager (default), compile "
+                        "(torch.compile(backend='mydev')), inductor (torch.compile with Inductor) or lazy (lazy "
+                        "tensors on mydev); compared with CPU eager")
     p.add_argument("--module", help="the pytest module to run (default: test/test_conformance.py, or "
                    "test/test_modules.py for --suite modules)")
     p.add_argument("--out", help="directory for report.json and report.md (default: conformance-report, or "
@@ -102,6 +107,7 @@ def _run_batch(args, ops, results_path):
                 "MYDEV_FALLBACK": "silent", "PYTORCH_PRINT_REPRO_ON_FAILURE": "0"})
     if args.dtypes:
         env[selection.DTYPES_VAR] = args.dtypes
+    env[selection.FRONTEND_VAR] = args.frontend
     cmd = [sys.executable, "-m", "pytest", args.module, "-q", "-p", "my_device.conformance.plugin",
            "-p", "no:cacheprovider", "--tb=no", "--no-header", "-rN"]
     if args.tests:
@@ -125,6 +131,10 @@ def main(argv=None):
     args = _parse(argv)
     if args.suite == "pytorch":
         return pytorch_suite.main(args, argv)
+    if args.frontend != "eager":
+        if args.suite != "ops":
+            raise SystemExit("--frontend: only --suite ops so far")
+        args.tests = args.tests or "test_forward,test_backward"
     ops = _select_modules(args.modules) if args.suite == "modules" else _select_ops(args.ops)
     unit = "modules" if args.suite == "modules" else "OpInfos"
     batches = [ops[i:i + args.batch_size] for i in range(0, len(ops), args.batch_size)]
@@ -162,7 +172,7 @@ def main(argv=None):
             "module": os.path.relpath(args.module) if args.module.startswith(os.getcwd()) else args.module,
             unit.lower(): len(ops), "dtypes": args.dtypes or ("float32, float64" if args.suite == "modules" else
                                                               "all the CPU supports"),
-            "tests": args.tests or "all",
+            "tests": args.tests or "all", "frontend": args.frontend,
             "minutes": round((time.monotonic() - start) / 60, 1), "crashed": crashed}
     figs, regressions, improvements = report.write(
         os.path.join(args.out, "report.json"), os.path.join(args.out, "report.md"), meta, results,

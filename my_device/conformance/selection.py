@@ -15,6 +15,8 @@ from . import manifest
 MODE_VAR, OPS_VAR, DTYPES_VAR = "MYDEV_CONFORMANCE", "MYDEV_CONFORMANCE_OPS", "MYDEV_CONFORMANCE_DTYPES"
 # The ModuleInfo suite (test/test_modules.py): module names ("nn.Linear") to run.
 MODULES_VAR = "MYDEV_CONFORMANCE_MODULES"
+# The frontend mydev's side of each sample runs through (frontends.py).
+FRONTEND_VAR = "MYDEV_CONFORMANCE_FRONTEND"
 
 
 def dtype_from_name(name):
@@ -82,3 +84,9 @@ def module_dtypes():
     if requested is not None:
         return tuple(dtype_from_name(n) for n in requested)
     return manifest.MODULE_DTYPES
+
+
+def frontend():
+    from . import frontends
+
+    return frontends.check(os.environ.get(FRONTEND_VAR, "eager"))

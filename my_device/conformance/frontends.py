@@ -1,0 +1,68 @@
+"""The frontends an OpInfo sample can run through on mydev, for `--frontend`.
+
+eager     the op called on mydev tensors (the default sweep);
+compile   torch.compile(backend="mydev"): the device's own compiler;
+inductor  torch.compile with Inductor, which generates code for mydev;
+lazy      lazy tensors on mydev (my_device.lazy): the call is traced and run as
+          a mydev program at mark_step.
+
+Each sample is compiled afresh (torch._dynamo.reset()), with static shapes:
+Dynamo would otherwise stop compiling an op after a few samples of other
+shapes (its recompile limit) and run the rest eagerly. The sample's tensors are
+the compiled function's arguments, not constants baked into the graph.
+"""
+FRONTENDS = ("eager", "compile", "inductor", "lazy")
+# Frontends that train: their sweep runs test_backward too.
+TRAINING = FRONTENDS
+
+
+def check(name):
+    if name not in FRONTENDS:
+        raise ValueError(f"unknown frontend {name!r}: one of {', '.join(FRONTENDS)}")
+    return name
+
+
+def _tree_map(fn, x):
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, (list, tuple)):
+        mapped = [_tree_map(fn, e) for e in x]
+        return type(x)(mapped) if not hasattr(x, "_fields") else type(x)(*mapped)
+    if isinstance(x, dict):
+        return {k: _tree_map(fn, v) for k, v in x.items()}
+    return x
+
+
+def _compiled(op, backend):
+    import torch
+
+    def body(inp, args, kwargs):
+        return op(inp, *args, **kwargs)
+
+    torch._dynamo.reset()
+    return torch.compile(body, backend=backend, dynamic=False)
+
+
+def _lazy_call(op, sample):
+    import torch._lazy
+
+    import my_device.lazy as ml
+
+    ml.init()
+    to_lazy = lambda t: t.to("lazy") if t.device.type == "mydev" else t  # noqa: E731
+    out = op(_tree_map(to_lazy, sample.input), *_tree_map(to_lazy, list(sample.args)),
+             **_tree_map(to_lazy, dict(sample.kwargs)))
+    torch._lazy.mark_step()
+    return _tree_map(lambda t: t.to("mydev") if t.device.type == "lazy" else t, out)
+
+
+def call(frontend, op, sample):
+    """op(sample) through `frontend`, for a sample whose tensors are on mydev."""
+    if frontend == "eager":
+        return op(sample.input, *sample.args, **sample.kwargs)
+    if frontend == "lazy":
+        return _lazy_call(op, sample)
+    backend = "mydev" if frontend == "compile" else "inductor"
+    return _compiled(op, backend)(sample.input, list(sample.args), dict(sample.kwargs))
