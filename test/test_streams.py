@@ -57,6 +57,7 @@ def test_high_priority_stream_runs_before_earlier_queued_low_priority_work():
     # work runs in program order and priorities have no effect.
     x, y = torch.randn(1000), torch.randn(1000)
     dx, dy = x.to("mydev"), y.to("mydev")
+    (dx * 2 + 3, dy * 1.5)  # (a process's first call of an op class and dtype runs at the call)
     torch.mydev.synchronize()
     low = torch.mydev.Stream(priority=0)
     high = torch.mydev.Stream(priority=-1)
