@@ -93,6 +93,7 @@ def test_cpp_wrapper_matches_cpu(cpp_wrapper_models, name):
     assert "aoti_torch_cpu_" not in code and "aoti_torch_mydev_" not in code, code
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODELS))
 def test_aoti_package_matches_cpu(aoti_packages, name):
     loaded, c, _ = aoti_packages[name]
@@ -122,12 +123,14 @@ def test_cpp_wrapper_kernels_are_queued(cpp_wrapper_models):
     torch.testing.assert_close(out.cpu(), c.reference)
 
 
+@pytest.mark.slow
 def test_aoti_kernels_are_queued(aoti_packages):
     loaded, c, _ = aoti_packages["mlp"]
     out = _returns_before_its_kernels_ran(loaded, c.x.to(DEV))
     torch.testing.assert_close(out.cpu(), c.reference)
 
 
+@pytest.mark.slow
 def test_aoti_wrong_device_input_is_refused(aoti_packages):
     loaded, c, _ = aoti_packages["mlp"]
     with pytest.raises(RuntimeError, match=r"mydev model: input 0 \(\w+\) is a cpu tensor, not a mydev tensor"):
@@ -161,6 +164,7 @@ class _HostToDeviceCopies(TorchDispatchMode):
         return out
 
 
+@pytest.mark.slow
 def test_aoti_weights_are_copied_to_mydev_once_at_load(aoti_packages):
     _, c, path = aoti_packages["mlp"]
     before = torch.mydev.memory_allocated()

@@ -90,6 +90,7 @@ def test_frontend_sweep_reports_its_frontend(tmp_path):
     assert {x["outcome"] for x in data["results"]} == {"pass"}
 
 
+@pytest.mark.slow
 def test_manifest_entries_apply_to_the_first_test_instantiated(tmp_path):
     """Under the recording plugin, a manifest skip is reported as a skip and an xfail as an xfail.
 
@@ -118,6 +119,7 @@ def test_manifest_entries_apply_to_the_first_test_instantiated(tmp_path):
     assert messages["as_strided.partial_views"].startswith("conformance manifest: reads storage outside")
 
 
+@pytest.mark.slow
 def test_unknown_op_is_an_error(tmp_path):
     r = _run(tmp_path, "--ops", "no_such_op")
     assert r.returncode != 0 and "no_such_op" in r.stderr

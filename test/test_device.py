@@ -371,6 +371,7 @@ def test_cpu_allocator_is_redirect():
     torch.testing.assert_close(y.cpu(), x.cpu().exp())
 
 
+@pytest.mark.slow
 def test_exit_after_a_backward_on_mydev():
     # A script whose last statement is a backward on mydev, run on autograd's
     # device threads (MYDEV_AUTOGRAD_DEVICE_THREADS=1: by default backward runs

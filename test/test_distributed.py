@@ -168,6 +168,7 @@ def test_process_group_has_gloo_for_cpu_and_mccl_for_mydev(main_suite):
         assert main_suite[rank]["_backend"]["detail"] in ("cpu:gloo,mydev:mccl", "mydev:mccl,cpu:gloo")
 
 
+@pytest.mark.slow
 def test_silent_then_dead_rank_fails_the_others_clearly_within_the_timeout(tmp_path):
     results, codes, errs = launch("dying", tmp_path, env={"MCCL_TEST_TIMEOUT": "3"}, timeout=120)
     assert codes[1] == 3, errs[1][-2000:]
@@ -176,7 +177,7 @@ def test_silent_then_dead_rank_fails_the_others_clearly_within_the_timeout(tmp_p
         assert results[0][check]["ok"], results[0][check]["detail"]
 
 
-@pytest.mark.parametrize("script", ["mydev", "cuda"])
+@pytest.mark.parametrize("script", ["mydev", pytest.param("cuda", marks=pytest.mark.slow)])
 def test_torchrun_ddp_with_default_backend(tmp_path, script):
     # "mydev": init_process_group() with no backend takes mccl. "cuda": a CUDA script under
     # transfer_to_mydev ("cuda" devices, init_process_group("nccl"), init_device_mesh("cuda")) runs unchanged.

@@ -72,7 +72,7 @@ CI_OPS = (
     "nn.functional.cross_entropy", "nn.functional.nll_loss", "nn.functional.mse_loss",
     "nn.functional.binary_cross_entropy",
     "nn.functional.layer_norm", "nn.functional.batch_norm", "nn.functional.group_norm",
-    "nn.functional.conv2d", "nn.functional.max_pool2d", "nn.functional.avg_pool2d",
+    "nn.functional.conv2d", "nn.functional.max_pool1d", "nn.functional.avg_pool2d",
     "nn.functional.adaptive_avg_pool2d", "nn.functional.interpolate", "nn.functional.pad",
     "nn.functional.embedding", "nn.functional.linear", "nn.functional.dropout",
     "index_put", "index_select", "index_add", "__getitem__", "gather", "scatter", "scatter_add", "masked_fill",
