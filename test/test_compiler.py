@@ -627,3 +627,16 @@ def test_a_view_of_an_input_beyond_its_storage_is_refused_at_run():
     # the same view of a big enough storage is fine, and the device still works
     big = torch.arange(400004.0, device="mydev")[:4]
     torch.testing.assert_close(program.run([big])[0].cpu(), torch.tensor([0.0, 100000.0, 200000.0, 300000.0]) * 2)
+
+
+def test_empty_intermediates_in_the_arena_are_given_to_their_steps():
+    # Found by `python -m my_device.conformance --frontend compile` (softmax.with_dtype's empty sample):
+    # a backward program whose out= step writes an empty tensor planned in an arena of no bytes.
+    x = torch.randn(5, 0, 0, requires_grad=True)
+    d = x.detach().to("mydev").requires_grad_()
+    f = lambda t: torch.softmax(t, -1, dtype=torch.float64)  # noqa: E731
+    torch.compile(f, backend="mydev", dynamic=False)(d).sum().backward()
+    f(x).sum().backward()
+    torch.mydev.synchronize()
+    assert d.grad.shape == x.grad.shape and d.grad.device.type == "mydev"
+    torch.testing.assert_close(d.grad.cpu(), x.grad)

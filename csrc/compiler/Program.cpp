@@ -658,7 +658,9 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
       buffers.push_back(empty_device({elements}, {}, options.dtype(m.dtype)).as_strided(m.sizes, m.strides, m.offset));
     }
   }
-  const at::Tensor arena = plan_.arena_bytes > 0 ? arena_for(device) : at::Tensor();
+  // (An arena of no bytes still holds its buffers: empty tensors, which the
+  // steps writing them must be given.)
+  const at::Tensor arena = arena_buffers_.empty() ? at::Tensor() : arena_for(device);
   std::vector<at::Tensor> results;
   results.reserve(g.outputs.size());
   for (int o : g.outputs) {
