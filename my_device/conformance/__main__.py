@@ -53,9 +53,9 @@ def _parse(argv):
     p.add_argument("--tests", help="comma-separated test names, e.g. test_forward,test_backward (default: all, "
                    "or test_forward,test_backward with a --frontend other than eager)")
     p.add_argument("--frontend", default="eager", choices=frontends.FRONTENDS,
-                   help="--suite ops: what mydev's side of each sample runs through: eager (default), compile "
+                   help="what mydev's side of each sample runs through: eager (default), compile "
                         "(torch.compile(backend='mydev')), inductor (torch.compile with Inductor) or lazy (lazy "
-                        "tensors on mydev); compared with CPU eager")
+                        "tensors on mydev; --suite ops only); compared with CPU eager")
     p.add_argument("--module", help="the pytest module to run (default: test/test_conformance.py, or "
                    "test/test_modules.py for --suite modules)")
     p.add_argument("--out", help="directory for report.json and report.md (default: conformance-report, or "
@@ -132,8 +132,8 @@ def main(argv=None):
     if args.suite == "pytorch":
         return pytorch_suite.main(args, argv)
     if args.frontend != "eager":
-        if args.suite != "ops":
-            raise SystemExit("--frontend: only --suite ops so far")
+        if args.suite == "modules" and args.frontend not in frontends.MODULE_FRONTENDS:
+            raise SystemExit(f"--suite modules --frontend: one of {', '.join(frontends.MODULE_FRONTENDS)}")
         args.tests = args.tests or "test_forward,test_backward"
     ops = _select_modules(args.modules) if args.suite == "modules" else _select_ops(args.ops)
     unit = "modules" if args.suite == "modules" else "OpInfos"

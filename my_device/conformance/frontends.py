@@ -12,13 +12,13 @@ shapes (its recompile limit) and run the rest eagerly. The sample's tensors are
 the compiled function's arguments, not constants baked into the graph.
 """
 FRONTENDS = ("eager", "compile", "inductor", "lazy")
-# Frontends that train: their sweep runs test_backward too.
-TRAINING = FRONTENDS
+# The frontends the ModuleInfo suite can run a module through.
+MODULE_FRONTENDS = ("eager", "compile", "inductor")
 
 
-def check(name):
-    if name not in FRONTENDS:
-        raise ValueError(f"unknown frontend {name!r}: one of {', '.join(FRONTENDS)}")
+def check(name, allowed=FRONTENDS):
+    if name not in allowed:
+        raise ValueError(f"frontend {name!r} is not one of {', '.join(allowed)}")
     return name
 
 
@@ -66,3 +66,14 @@ def call(frontend, op, sample):
         return _lazy_call(op, sample)
     backend = "mydev" if frontend == "compile" else "inductor"
     return _compiled(op, backend)(sample.input, list(sample.args), dict(sample.kwargs))
+
+
+def call_module(frontend, module, args, kwargs):
+    """module(*args, **kwargs) through `frontend` (one of MODULE_FRONTENDS)."""
+    if frontend == "eager":
+        return module(*args, **kwargs)
+    import torch
+
+    torch._dynamo.reset()
+    backend = "mydev" if frontend == "compile" else "inductor"
+    return torch.compile(module, backend=backend, dynamic=False)(*args, **kwargs)

@@ -86,7 +86,7 @@ def module_dtypes():
     return manifest.MODULE_DTYPES
 
 
-def frontend():
+def frontend(allowed=None):
     from . import frontends
 
-    return frontends.check(os.environ.get(FRONTEND_VAR, "eager"))
+    return frontends.check(os.environ.get(FRONTEND_VAR, "eager"), allowed or frontends.FRONTENDS)
