@@ -86,3 +86,17 @@ def test_gelu_gives_the_cpus_bits(dtype):
         xt = x.detach().transpose(1, 2)
         assert torch.equal(torch.nn.functional.gelu(xt.to("mydev"), approximate=approximate).cpu(),
                            torch.nn.functional.gelu(xt, approximate=approximate))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("exponent", [3.0, 2, 0.5, -1.5, 0, 1, 3])
+def test_pow_of_a_tensor_by_a_number_like_cpu(dtype, exponent):
+    # pow.Tensor_Scalar (GELU's cube in GPT-2's MLP) is a structured kernel of its own; exponents 0
+    # and 1, and results of another dtype than the base, take the host kernel.
+    x = (torch.randn(16, 33) * 3).to(dtype)
+    ref = torch.pow(x, exponent)
+    got, host_calls = host_kernel_calls(lambda: torch.pow(x.to("mydev"), exponent))
+    assert got.dtype == ref.dtype
+    torch.testing.assert_close(got.cpu(), ref, rtol=0, atol=0, equal_nan=True)
+    own_kernel = exponent not in (0, 1) and torch.result_type(x, exponent) == dtype
+    assert (host_calls == 0) == own_kernel, host_calls

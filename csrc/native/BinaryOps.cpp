@@ -1,8 +1,9 @@
-// add, sub, mul and div without the host kernel's boxing and aliasing.
+// add, sub, mul, div and pow of a tensor by a number without the host
+// kernel's boxing and aliasing.
 //
-// These dominate small-tensor workloads (optimizer steps, elementwise glue),
-// where host-kernel overhead would be most of the op's time, so they run as
-// queued structured kernels (StructuredKernel.h).
+// These dominate small-tensor workloads (optimizer steps, elementwise glue,
+// GELU's cube in GPT-2's MLP), where host-kernel overhead would be most of the
+// op's time, so they run as queued structured kernels (StructuredKernel.h).
 #include "StructuredKernel.h"
 
 #include <ATen/Dispatch.h>
@@ -10,12 +11,15 @@
 #include <ATen/ScalarOps.h>
 #include <c10/util/MaybeOwned.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/native/Pow.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/add_native.h>
 #include <ATen/ops/div.h>
 #include <ATen/ops/div_native.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/mul_native.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/pow_native.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/sub.h>
 #include <ATen/ops/sub_native.h>
@@ -30,6 +34,7 @@ const bool g_stubs_mirrored = [] {
   mirror_cpu_stub(at::native::add_stub);
   mirror_cpu_stub(at::native::mul_stub);
   mirror_cpu_stub(at::native::div_true_stub);
+  mirror_cpu_stub(at::native::pow_tensor_scalar_stub);
   return true;
 }();
 
@@ -112,7 +117,20 @@ at::Tensor& div_(at::Tensor& self, const at::Tensor& other) {
                                                   *match_wrapped_scalar(self, other));
 }
 
+// The CPU's impl() answers exponents 0 and 1 with fill_ and copy_ of its
+// output, device ops of their own; and a base of another dtype than the result
+// (an integer tensor to a float power) makes its iterator own a converted copy.
+// Those calls take the host kernel.
+at::Tensor pow_tensor_scalar(const at::Tensor& self, const at::Scalar& exponent) {
+  if (exponent.equal(0.0) || exponent.equal(1.0) || exponent.equal(false) || exponent.equal(true) ||
+      at::result_type(self, exponent) != self.scalar_type()) {
+    return run_host_kernel("aten::pow.Tensor_Scalar", self, exponent)[0].toTensor();
+  }
+  return functional<at::native::structured_pow_Tensor_Scalar_out>("aten::pow.Tensor_Scalar", self, exponent);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("pow.Tensor_Scalar", TORCH_FN(pow_tensor_scalar));
   m.impl("add.Tensor", TORCH_FN(add));
   m.impl("add_.Tensor", TORCH_FN(add_));
   m.impl("sub.Tensor", TORCH_FN(sub));
