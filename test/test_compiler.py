@@ -640,3 +640,18 @@ def test_empty_intermediates_in_the_arena_are_given_to_their_steps():
     torch.mydev.synchronize()
     assert d.grad.shape == x.grad.shape and d.grad.device.type == "mydev"
     torch.testing.assert_close(d.grad.cpu(), x.grad)
+
+
+def test_a_reduction_of_a_0_dim_tensor_and_one_over_a_dim_it_lacks():
+    # Found by `python -m my_device.conformance --frontend compile` (logsumexp of a 0-dim tensor over
+    # dim 0): the fused reduction indexed the input's sizes by that dim and crashed the process.
+    scalar = mc.compile("program p\ninput %0 : Float[]{}+0\n%1 = aten::exp(%0) : Float[]{}+0\n"
+                        "%2 = aten::sum.dim_IntList(%1, [i0], b1, n) : Float[]{}+0\noutput %2\n")
+    x = torch.tensor(0.5)
+    torch.testing.assert_close(scalar.run([x.to("mydev")])[0].cpu(), torch.sum(x.exp(), (0,), True))
+    beyond = mc.compile("program p\ninput %0 : Float[3]{1}+0\n%1 = aten::exp(%0) : Float[3]{1}+0\n"
+                        "%2 = aten::sum.dim_IntList(%1, [i5], b0, n) : Float[]{}+0\noutput %2\n")
+    with pytest.raises((IndexError, RuntimeError), match="Dimension out of range"):  # (a program's step: at the sync)
+        beyond.run([torch.ones(3, device="mydev")])
+        torch.mydev.synchronize()
+    torch.testing.assert_close(scalar.run([x.to("mydev")])[0].cpu(), torch.sum(x.exp(), (0,), True))

@@ -193,9 +193,16 @@ std::optional<ReduceKind> fusible_reduction(const Graph& g, const Node& node) {
   if (node.args.empty() || node.args[0].value < 0) return std::nullopt;
   if (g.values[node.args[0].value].meta.dtype != c10::ScalarType::Float) return std::nullopt;
   if (g.values[node.outputs[0]].meta.dtype != c10::ScalarType::Float) return std::nullopt;
-  // sum/mean's dtype argument must be absent; dims must be a constant list.
+  // sum/mean's dtype argument must be absent; dims must be a constant list of
+  // dims the input has. (A 0-dim input's dim 0 is ATen's to interpret, and a
+  // program from a file may name any dim: both are left to the ATen call.)
   if (node.args.size() < 3 || !node.args[1].is_list) return std::nullopt;
   if (node.args.size() > 3 && !node.args[3].constant.isNone()) return std::nullopt;
+  const int64_t rank = static_cast<int64_t>(g.values[node.args[0].value].meta.sizes.size());
+  if (rank == 0) return std::nullopt;
+  for (const Arg& d : node.args[1].items) {
+    if (!d.constant.isInt() || d.constant.toInt() < -rank || d.constant.toInt() >= rank) return std::nullopt;
+  }
   return it->second;
 }
 
