@@ -655,3 +655,25 @@ def test_a_reduction_of_a_0_dim_tensor_and_one_over_a_dim_it_lacks():
         beyond.run([torch.ones(3, device="mydev")])
         torch.mydev.synchronize()
     torch.testing.assert_close(scalar.run([x.to("mydev")])[0].cpu(), torch.sum(x.exp(), (0,), True))
+
+
+@pytest.mark.parametrize("cls,shape", [(torch.nn.BatchNorm1d, (2, 3, 5)), (torch.nn.BatchNorm2d, (2, 3, 4, 4)),
+                                       (torch.nn.InstanceNorm2d, (2, 3, 4, 4))])
+def test_batch_norm_in_eval_mode_compiles_like_cpu(cls, shape):
+    # Found by `python -m my_device.conformance --suite modules --frontend compile`: the traced graph
+    # gives eval-mode batch norm's saved statistics the channel count's size, the CPU kernel a program
+    # runs gives them none, and the program could not fill its outputs (graph_module.py's
+    # fresh_eval_batch_norm_statistics).
+    kwargs = {"track_running_stats": True} if cls is torch.nn.InstanceNorm2d else {}
+    cpu = cls(3, **kwargs).eval()
+    cpu.running_mean.uniform_()
+    cpu.running_var.uniform_(0.5, 2)
+    dev = copy.deepcopy(cpu).to("mydev")
+    x = torch.randn(*shape, requires_grad=True)
+    dx = x.detach().to("mydev").requires_grad_()
+    out = torch.compile(dev, backend="mydev", dynamic=False)(dx)
+    out.sum().backward()
+    ref = cpu(x)
+    ref.sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), ref.detach())
+    torch.testing.assert_close(dx.grad.cpu(), x.grad)

@@ -7,6 +7,7 @@ per size. A graph the program cannot express runs eagerly (its ops are ordinary 
 a warning naming the reason, counted in my_device.compiler.counters()["graphs_eager"].
 """
 import itertools
+import operator
 import warnings
 
 import torch
@@ -240,6 +241,41 @@ def cluster_pointwise_chains(gm):
     return gm
 
 
+_EVAL_BATCH_NORM = torch.ops.aten._native_batch_norm_legit_no_training.default
+
+
+def fresh_eval_batch_norm_statistics(gm):
+    """Gives the saved statistics of batch norm in eval mode (`_native_batch_norm_legit_no_training`'s
+    second and third results) fresh tensors of the graph's geometry.
+
+    Nothing reads their values (batch norm's backward takes the running statistics in eval mode), but
+    the traced graph gives them the channel count's size (the Meta kernel's, as CUDA's kernel does),
+    while the CPU kernel a program runs gives them no elements: the program could not fill the
+    outputs the graph promised (BatchNorm and InstanceNorm in eval mode failed to run compiled).
+    """
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not _EVAL_BATCH_NORM:
+            continue
+        for user in list(node.users):
+            val = user.meta.get("val")
+            if (user.op != "call_function" or user.target is not operator.getitem or user.args[1] not in (1, 2)
+                    or not isinstance(val, torch.Tensor)):
+                continue
+            with gm.graph.inserting_after(user):
+                fresh = gm.graph.call_function(torch.ops.aten.empty_strided.default,
+                                               (list(val.shape), list(val.stride())),
+                                               {"dtype": val.dtype, "device": val.device})
+            fresh.meta = dict(user.meta)
+            user.replace_all_uses_with(fresh)
+            gm.graph.erase_node(user)
+            changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
 class CompiledGraph:
     """The boxed callable for one FX graph (aot_autograd's forward, backward or inference graph)."""
 
@@ -255,7 +291,7 @@ class CompiledGraph:
             split = split_host_prologue(gm)
             if split is not None:
                 self.prologue, gm = split
-            gm = cluster_pointwise_chains(fold_scalar_fills(gm))
+            gm = cluster_pointwise_chains(fold_scalar_fills(fresh_eval_batch_norm_statistics(gm)))
             self.lowered = self._lower(gm)
             if self.lowered is None:
                 self.prologue = None  # the whole original graph runs eagerly
