@@ -101,6 +101,14 @@ def split_host_prologue(gm):
 _LIKE_FACTORIES = ("full_like", "zeros_like", "ones_like", "empty_like")
 
 
+def _rebuilt(gm, changed):
+    """gm, linted and recompiled if a pass changed its graph."""
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
 def _joins_chain(node, producer):
     """Whether `node`, a user of `producer`, may be scheduled right after it: a pure pointwise op (or
     a *_like factory) of the producer's shape."""
@@ -179,10 +187,7 @@ def fold_scalar_fills(gm):
         node.replace_all_uses_with(float(value))
         gm.graph.erase_node(node)
         changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return _rebuilt(gm, changed)
 
 
 def cluster_pointwise_chains(gm):
@@ -270,10 +275,7 @@ def fresh_eval_batch_norm_statistics(gm):
             user.replace_all_uses_with(fresh)
             gm.graph.erase_node(user)
             changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return _rebuilt(gm, changed)
 
 
 class CompiledGraph:
