@@ -35,14 +35,12 @@ def _tree_map(fn, x):
     return x
 
 
-def _compiled(op, backend):
+def _compiled(fn, frontend):
+    """fn compiled afresh by `frontend` ("compile" or "inductor"), with static shapes."""
     import torch
 
-    def body(inp, args, kwargs):
-        return op(inp, *args, **kwargs)
-
     torch._dynamo.reset()
-    return torch.compile(body, backend=backend, dynamic=False)
+    return torch.compile(fn, backend="mydev" if frontend == "compile" else "inductor", dynamic=False)
 
 
 def _lazy_call(op, sample):
@@ -64,16 +62,14 @@ def call(frontend, op, sample):
         return op(sample.input, *sample.args, **sample.kwargs)
     if frontend == "lazy":
         return _lazy_call(op, sample)
-    backend = "mydev" if frontend == "compile" else "inductor"
-    return _compiled(op, backend)(sample.input, list(sample.args), dict(sample.kwargs))
+    def body(inp, args, kwargs):
+        return op(inp, *args, **kwargs)
+
+    return _compiled(body, frontend)(sample.input, list(sample.args), dict(sample.kwargs))
 
 
 def call_module(frontend, module, args, kwargs):
     """module(*args, **kwargs) through `frontend` (one of MODULE_FRONTENDS)."""
     if frontend == "eager":
         return module(*args, **kwargs)
-    import torch
-
-    torch._dynamo.reset()
-    backend = "mydev" if frontend == "compile" else "inductor"
-    return torch.compile(module, backend=backend, dynamic=False)(*args, **kwargs)
+    return _compiled(module, frontend)(*args, **kwargs)
