@@ -234,6 +234,10 @@ RAISES = [
      lambda x, i: F.scaled_dot_product_attention(x, x, x), lambda x, i: F.scaled_dot_product_attention(i, i, i)),
     ("dropout of int64 in training", tensors([[1.0, 2.0]] * 64, [[1, 2]] * 64),
      lambda x, i: F.dropout(x, 0.5), lambda x, i: F.dropout(i, 0.5)),
+    # The CPU's max_pool1d has a path of its own for floating types; other devices reach
+    # max_pool2d_with_indices, whose CPU kernel (the one mydev runs) takes integers too.
+    ("max_pool1d of int64", tensors([[[1.0, 2.0, 3.0, 4.0]]], [[[1, 2, 3, 4]]]),
+     lambda x, i: F.max_pool1d(x, 2), lambda x, i: F.max_pool1d(i, 2)),
 ]
 
 

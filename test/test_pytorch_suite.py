@@ -46,6 +46,13 @@ FAKE = textwrap.dedent('''
             if self.device_type != "cpu":
                 os.abort()
 
+        def test_tolerance(self, device):
+            # the CPU's draw under the framework's seed passes, mydev's and the CPU's under seed 1 do not
+            self.assertEqual(torch.rand(1, device=device).item(), 0.0, atol=0.5, rtol=0)
+
+        def test_wrong_value(self, device):
+            self.assertEqual(torch.ones(2, device=device) * (2 if self.device_type != "cpu" else 1), torch.ones(2, device=device))
+
         def test_everywhere(self, device):
             raise AssertionError("fails on every device")
 
@@ -106,7 +113,7 @@ def test_a_device_generic_file_end_to_end(tmp_path):
     (tests / "test_fake.py").write_text(FAKE)
     out = tmp_path / "report"
     r = subprocess.run([sys.executable, "-m", "my_device.conformance", "--suite", "pytorch", "--pytorch-tests",
-                        str(tests), "--files", "test_fake.py,test_missing.py", "--out", str(out)],
+                        str(tests), "--files", "test_fake.py,test_missing.py", "--out", str(out), "--seed-tries", "2"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads((out / "report.json").read_text())
@@ -119,15 +126,21 @@ def test_a_device_generic_file_end_to_end(tmp_path):
     assert rows["TestFake::test_cpu_only"]["category"] == "impossible"
     assert rows["TestFake::test_everywhere"]["category"] == "cpu-not-passing"
     assert not any("TestPlain" in k for k in rows)
-    # the CPU passes 7 (add, kernel x2, cpu_only, feature, abort, sub); mydev 2 of them; 1 cannot pass
-    assert (f["cpu_passes"], f["mydev_passes_of_cpu_passes"], f["impossible"]) == (7, 2, 1)
-    assert (f["percent"], f["percent_excluding_impossible"]) == (28.57, 33.33)
-    assert (f["mydev_only_failures"], f["mydev_only_skips"], f["crashes"], f["not_device_generic"]) == (3, 1, 1, 1)
+    # the CPU passes 9 (add, kernel x2, cpu_only, feature, abort, sub, tolerance, wrong_value); mydev 2 of them;
+    # 1 cannot pass; the CPU fails tolerance too under seed 1 (mydev's generator draws other numbers), while
+    # wrong_value, a mismatch the CPU never shows, stays mydev's
+    assert (f["cpu_passes"], f["mydev_passes_of_cpu_passes"], f["impossible"]) == (9, 2, 1)
+    assert rows["TestFake::test_tolerance"]["category"] == "cpu-shares"
+    assert "seed set to 1: " in rows["TestFake::test_tolerance"]["reason"]
+    assert f["cpu_shares_on_other_data"] == 1 and rows["TestFake::test_wrong_value"]["category"] == "mydev-fail"
+    assert (f["percent"], f["percent_excluding_impossible"]) == (22.22, 28.57)
+    assert (f["mydev_only_failures"], f["mydev_only_skips"], f["crashes"], f["not_device_generic"]) == (4, 1, 1, 1)
     groups = {g["key"]: g["count"] for g in f["failure_groups"]}
     assert groups.pop("RuntimeError: no kernel at 0x… for a tensor of shape [N, N]") == 2
+    assert groups.pop("AssertionError: Tensor-likes are not close!") == 1
     assert [k.startswith("[crash] killed by SIGABRT") for k in groups] == [True], groups
     assert [(g["key"], g["count"]) for g in f["skip_groups"]] == [("needs a feature mydev lacks", 1)]
     assert f["impossible_groups"][0]["key"].startswith("@onlyCPU")
     md = (out / "report.md").read_text()
-    assert "| test_fake.py | 7 | 2 | 28.57 | 1 | 33.33 | 3 | 1 | 1 |" in md
+    assert "| test_fake.py | 9 | 2 | 22.22 | 1 | 1 | 28.57 | 4 | 1 | 1 |" in md
     assert "test_missing.py | not run" in md

@@ -64,6 +64,8 @@ def _parse(argv):
     p.add_argument("--batch-size", type=int, help="OpInfos or modules per process (default: 25), or tests per "
                    "process for --suite pytorch (default: 500)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a batch counts as hung")
+    p.add_argument("--seed-tries", type=int, default=30, help="--suite pytorch: seeds under which the CPU reruns a "
+                   "test mydev fails with a numeric mismatch, to tell a tolerance the CPU misses on other data too")
     args = p.parse_args(argv)
     pytorch = args.suite == "pytorch"
     args.out = args.out or ("pytorch-tests-report" if pytorch else "conformance-report")

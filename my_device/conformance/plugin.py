@@ -18,7 +18,9 @@ files), three more variables apply, each doing nothing when unset:
   one a line, once collection ends (with --collect-only too);
 - MYDEV_CONFORMANCE_SELECT=path: keep only the tests whose node ids that file
   lists (one a line) and deselect the rest, so that a batch of thousands of
-  tests needs no command line of thousands of arguments.
+  tests needs no command line of thousands of arguments;
+- MYDEV_CONFORMANCE_SEED=n: the seed PyTorch's test framework gives every test
+  (its SEED, 1234), so that a test can be rerun on other random data.
 """
 import json
 import os
@@ -30,6 +32,7 @@ RESULTS_VAR = "MYDEV_CONFORMANCE_RESULTS"
 NAMES_VAR = "MYDEV_CONFORMANCE_NAMES"
 COLLECTED_VAR = "MYDEV_CONFORMANCE_COLLECTED"
 SELECT_VAR = "MYDEV_CONFORMANCE_SELECT"
+SEED_VAR = "MYDEV_CONFORMANCE_SEED"
 
 _SUFFIX = re.compile(r"_(?:mydev|privateuse1)(?:_(?P<dtype>[a-z0-9]+))?$")
 _formatted = None  # OpInfo formatted_name -> full_name, longest first
@@ -148,6 +151,11 @@ class _Selection:
 
 
 def pytest_configure(config):
+    if os.environ.get(SEED_VAR):
+        # setUp seeds every generator from this module global; the framework
+        # has no pytest option for it (only --seed under run_tests).
+        from torch.testing._internal import common_utils
+        common_utils.SEED = int(os.environ[SEED_VAR])
     path = os.environ.get(RESULTS_VAR)
     if path:
         config.pluginmanager.register(_Recorder(path, os.environ.get(NAMES_VAR) == "raw"),
