@@ -248,3 +248,45 @@ def test_adamw_and_cross_entropy_train_as_eager_with_no_fallback(name):
     assert after["executions"] - before["executions"] == 5
     for p, q in zip(lazy_model.parameters(), eager.parameters()):
         torch.testing.assert_close(p.to("mydev"), q, rtol=1e-4, atol=1e-5)
+
+
+# Composite kernels (repeat's unfold of an alias of its result, cdist, the pads, diagonal's backward) write
+# into views of tensors they made; run with functionalization on, those writes trace.
+COMPOSITES = [
+    ("repeat", lambda x: x.repeat(2, 1, 3), [(3, 4)]),
+    ("cdist", lambda a, b: torch.cdist(a, b), [(5, 3), (6, 3)]),
+    ("pad constant", lambda x: F.pad(x, (1, 2)), [(3, 4)]),
+    ("pad reflect", lambda x: F.pad(x, (2, 1), mode="reflect"), [(2, 3, 4)]),
+    ("conv2d", lambda x, w: F.conv2d(x, w, stride=2, padding=1), [(1, 3, 8, 8), (4, 3, 3, 3)]),
+    ("einsum diagonal", lambda x: torch.einsum("ii->i", x), [(4, 4)]),
+    ("einsum trace", lambda x, y: torch.einsum("ii,jk->jk", x, y), [(3, 3), (2, 2)]),
+    ("masked_fill with a broadcast mask", lambda x, m: x.masked_fill(m > 0, 3.0), [(5,), (5, 5)]),
+    ("masked_fill of a broadcast self", lambda x, m: x.masked_fill(m > 0, 3.0), [(1, 5), (4, 1)]),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes", COMPOSITES, ids=[c[0] for c in COMPOSITES])
+def test_composites_and_their_gradients_equal_the_cpu(name, fn, shapes):
+    torch.manual_seed(0)
+    xs = [torch.randn(*s) for s in shapes]
+    ref = [x.clone().requires_grad_() for x in xs]
+    expected = fn(*ref)
+    expected.sum().backward()
+    lazy = [x.to("mydev").to("lazy").requires_grad_() for x in xs]
+    got = fn(*lazy)
+    assert got.shape == expected.shape
+    got.sum().backward()
+    torch._lazy.mark_step()
+    torch.testing.assert_close(got.cpu(), expected.detach())
+    for r, l in zip(ref, lazy):
+        if r.grad is None:  # a mask
+            assert l.grad is None
+        else:
+            torch.testing.assert_close(l.grad.cpu(), r.grad)
+
+
+def test_torch_masked_fill_shape_function_still_ignores_broadcasting():
+    # mydev's masked_fill.Scalar Lazy kernel is hand-written (LazyNativeFunctions.cpp) because torch's shape
+    # function gives self's shape; when this fails, torch broadcasts and the op can go back to full_codegen.
+    self, mask = torch.zeros(5, device="lazy"), torch.zeros(5, 5, dtype=torch.bool, device="lazy")
+    assert my_device._C._lazy.torch_masked_fill_shape(self, mask) == [5]

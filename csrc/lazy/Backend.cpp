@@ -322,6 +322,7 @@ void init() {
     at::RegisterMydevLazyNativeFunctions();
     register_eager_fallback();
     register_lazy_decompositions();
+    register_functionalized_composites();  // last: it skips the ops given Lazy kernels above
   });
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// The mydev Lazy Tensor backend (Backend.cpp) and its eager fallback
-// (EagerFallback.cpp).
+// The mydev Lazy Tensor backend (Backend.cpp), its eager fallback
+// (EagerFallback.cpp) and the kernels it adds to the generated ones.
 #include <c10/core/Device.h>
 #include <torch/csrc/lazy/backend/backend_device.h>
 
@@ -27,5 +27,7 @@ void init();
 void register_eager_fallback();
 // Lazy kernels of ops whose default implementation does not trace (Decompositions.cpp).
 void register_lazy_decompositions();
+// Composite kernels run with functionalization on (FunctionalizedComposites.cpp).
+void register_functionalized_composites();
 
 } // namespace my_device::lazy

@@ -6,6 +6,7 @@
 // device, lift): the Functionalize key then turns views into *_copy ops and in-place ops into their
 // functional forms before they reach the Lazy key, so the traced graph holds only value semantics.
 // Below that key (inside these kernels) tensors are plain lazy tensors.
+#include <ATen/ExpandUtils.h>
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/ops/select_backward_ops.h>
 #include <ATen/ops/slice_backward_ops.h>
@@ -149,6 +150,23 @@ at::Tensor LazyNativeFunctions::copy(const at::Tensor& self, const at::Tensor& s
       torch::lazy::MakeNode<Copy>(target->GetIrValue(), value->GetIrValue(), non_blocking,
                                   torch::lazy::compute_shape_copy(self, src, non_blocking));
   return wrap(torch::lazy::LazyTensor::Create(std::move(node), target->GetDevice()));
+}
+
+// The result has the broadcast shape of self and mask (x.masked_fill(m) of an x of shape [5] and an m of
+// [5, 5] is [5, 5]); torch's compute_shape_masked_fill gives self's.
+at::Tensor LazyNativeFunctions::masked_fill(const at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+  std::optional<torch::lazy::BackendDevice> device = torch::lazy::GetBackendDevice(self, mask);
+  TORCH_INTERNAL_ASSERT(device);
+  const std::vector<int64_t> shape = at::infer_size(self.sizes(), mask.sizes());
+  const at::Tensor full = self.sizes().equals(shape) ? self : expand_copy(self, shape, false);
+  torch::lazy::LazyTensorPtr lazy_self = torch::lazy::GetLtcTensorOrCreateForWrappedNumber(full, *device);
+  torch::lazy::LazyTensorPtr lazy_mask = torch::lazy::GetLtcTensorOrCreateForWrappedNumber(mask, *device);
+  torch::lazy::Value fill = torch::lazy::LazyGraphExecutor::Get()->GetIrValueForScalarFromCodegen(value, *device);
+  torch::lazy::NodePtr node =
+      torch::lazy::MakeNode<MaskedFillScalar>(lazy_self->GetIrValue(), lazy_mask->GetIrValue(), fill,
+                                              std::vector<torch::lazy::Shape>{
+                                                  torch::lazy::Shape(self.scalar_type(), shape)});
+  return wrap(torch::lazy::LazyTensor::Create(std::move(node), *device));
 }
 
 // A lazy tensor is a value: a clone is the same value.
