@@ -3,12 +3,14 @@
 #include <ATen/core/TensorBody.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <chrono>
 #include <atomic>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -38,6 +40,21 @@ c10::OperatorHandle resolve(const Node& n) {
   TORCH_CHECK(handle.has_value(), "mydev compiler: unknown operator '", n.op, "' (line ", n.line, ")");
   return *handle;
 }
+
+// Warnings raised while it is installed, to be raised again (replay) or dropped.
+class HeldWarnings : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override {
+    held_.push_back(warning);
+  }
+  void replay() {
+    for (const c10::Warning& w : held_) c10::warn(w);
+    held_.clear();
+  }
+
+ private:
+  std::vector<c10::Warning> held_;
+};
 
 // The out= overload of a functional op: same arguments, then one Tensor(a!)
 // per return. Looked up once per op name.
@@ -287,6 +304,7 @@ void Program::build() {
   order_steps(facts);
   stats_.steps = static_cast<int64_t>(steps_.size());
   step_ns_ = std::vector<std::atomic<int64_t>>(steps_.size());
+  out_calls_ = std::vector<std::atomic<OutCall>>(steps_.size());
   place_values();
 }
 
@@ -458,6 +476,7 @@ class Program::StepOrder {
     }
     const bool all_used = std::find(n.outputs.begin(), n.outputs.end(), -1) == n.outputs.end();
     if (auto out = out_overload(*f_.ops[i]); out && !f_.barrier[i] && all_used) {
+      step.functional = step.op;
       step.op = out;
       step.use_out = true;
       p_.stats_.out_calls += 1;
@@ -757,6 +776,37 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     }
     return t;
   };
+  // An out= kernel that resizes its output on the way (mse_loss's meta sizes it
+  // as the elementwise loss, then as the reduction) cannot write into planned
+  // memory, which is not resizable: its step runs the functional op from then
+  // on. The first try's warnings wait for its outcome: a refused try's
+  // warning about resizing an output concerns the plan, not the caller.
+  auto call_out = [&](size_t si, const Step& st, std::vector<c10::IValue>& stack) {
+    std::atomic<OutCall>& state = out_calls_[si];
+    const OutCall known = state.load(std::memory_order_relaxed);
+    if (known == OutCall::Refused) return false;
+    for (int v : st.outputs) stack.emplace_back(value(v));
+    if (known == OutCall::Confirmed) {
+      st.op->callBoxed(stack);
+      return true;
+    }
+    HeldWarnings held;
+    try {
+      c10::WarningUtils::WarningHandlerGuard guard(&held);
+      st.op->callBoxed(stack);
+    } catch (const c10::Error& e) {
+      if (std::string_view(e.what_without_backtrace()).find("storage that is not resizable") ==
+          std::string_view::npos) {
+        held.replay();
+        throw;
+      }
+      state.store(OutCall::Refused, std::memory_order_relaxed);
+      return false;
+    }
+    state.store(OutCall::Confirmed, std::memory_order_relaxed);
+    held.replay();
+    return true;
+  };
   size_t next_generator = 0;
   const bool profiling = profiling_.load(std::memory_order_relaxed);
   for (size_t si = 0; si < steps_.size(); ++si) {
@@ -773,26 +823,32 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
         for (int v : st.inputs) ins.push_back(value(v));
         st.kernel.run(outs, ins);
       } else {
-        std::vector<c10::IValue> stack = st.stack;
-        for (const Step::Slot& slot : st.slots) {
-          if (slot.kind == Step::Slot::Tensor) {
-            stack[slot.index] = value(slot.values[0]);
-          } else if (slot.kind == Step::Slot::TensorList) {
-            c10::List<at::Tensor> list;
-            for (int v : slot.values) list.push_back(value(v));
-            stack[slot.index] = list;
-          } else {
-            c10::List<std::optional<at::Tensor>> list;
-            for (int v : slot.values) list.push_back(v < 0 ? std::nullopt : std::optional<at::Tensor>(value(v)));
-            stack[slot.index] = list;
+        const size_t first_generator = next_generator;
+        next_generator += st.generators.size();
+        auto arguments = [&] {
+          std::vector<c10::IValue> stack = st.stack;
+          for (const Step::Slot& slot : st.slots) {
+            if (slot.kind == Step::Slot::Tensor) {
+              stack[slot.index] = value(slot.values[0]);
+            } else if (slot.kind == Step::Slot::TensorList) {
+              c10::List<at::Tensor> list;
+              for (int v : slot.values) list.push_back(value(v));
+              stack[slot.index] = list;
+            } else {
+              c10::List<std::optional<at::Tensor>> list;
+              for (int v : slot.values) list.push_back(v < 0 ? std::nullopt : std::optional<at::Tensor>(value(v)));
+              stack[slot.index] = list;
+            }
           }
-        }
-        for (size_t k : st.generators) stack[k] = generators[next_generator++];
-        if (st.use_out) {
-          for (int v : st.outputs) stack.emplace_back(value(v));
-          st.op->callBoxed(stack);
+          for (size_t k = 0; k < st.generators.size(); ++k) stack[st.generators[k]] = generators[first_generator + k];
+          return stack;
+        };
+        std::vector<c10::IValue> stack = arguments();
+        if (st.use_out && call_out(si, st, stack)) {
+          // written in place
         } else {
-          st.op->callBoxed(stack);
+          if (st.use_out) stack = arguments();  // a refused out= call took its arguments
+          (st.use_out ? st.functional : st.op)->callBoxed(stack);
           std::vector<at::Tensor> results;
           for (const c10::IValue& r : stack) {
             if (r.isTensor()) {

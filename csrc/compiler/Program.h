@@ -45,6 +45,7 @@ struct Step {
   // Call
   std::optional<c10::OperatorHandle> op;
   bool use_out = false;            // op is the out= overload; outputs are pushed as its out arguments
+  std::optional<c10::OperatorHandle> functional;  // use_out: the op it stands for
   std::vector<c10::IValue> stack;  // constants, with placeholders for values
   struct Slot {
     size_t index;                  // in stack
@@ -150,6 +151,11 @@ class Program : public std::enable_shared_from_this<Program> {
   ProgramStats stats_;
   std::atomic<bool> profiling_{false};
   mutable std::vector<std::atomic<int64_t>> step_ns_;  // per step, summed over profiled runs
+  // Per step with an out= call: whether that call has run (Confirmed) or
+  // needed to resize its planned output (Refused: the step runs the
+  // functional op and copies its results into the plan).
+  enum class OutCall : uint8_t { Untried, Confirmed, Refused };
+  mutable std::vector<std::atomic<OutCall>> out_calls_;
   mutable std::atomic<int64_t> profiled_runs_{0};
 };
 
