@@ -698,3 +698,21 @@ def test_an_out_kernel_that_resizes_its_output_runs_as_its_functional_op(reducti
     ref.sum().backward()
     torch.testing.assert_close(out.detach().cpu(), ref.detach())
     torch.testing.assert_close(dx.grad.cpu(), x.grad)
+
+
+def test_a_view_of_another_dtype_than_its_base_keeps_its_own_offsets():
+    # Found by `python -m my_device.conformance --frontend compile` (fft.rfft backward returns a real view of
+    # a complex intermediate): the program made the view with its base's dtype, so the complex elements
+    # reached past the storage.
+    x = torch.randn(5, 6, 12, requires_grad=True)
+    dx = x.detach().to("mydev").requires_grad_()
+    out = torch.compile(lambda a: torch.fft.rfft(a), backend="mydev", dynamic=False)(dx)
+    grad = torch.randn(out.shape, dtype=out.dtype)
+    out.backward(grad.to("mydev"))
+    ref = torch.fft.rfft(x)
+    ref.backward(grad)
+    torch.testing.assert_close(out.detach().cpu(), ref.detach())
+    torch.testing.assert_close(dx.grad.cpu(), x.grad)
+    y = torch.randn(4, 3, dtype=torch.complex64)
+    imag = torch.compile(lambda a: torch.view_as_real(a * 2)[1:, :, 1], backend="mydev", dynamic=False)
+    torch.testing.assert_close(imag(y.to("mydev")).cpu(), torch.view_as_real(y * 2)[1:, :, 1])

@@ -190,6 +190,16 @@ bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>&
 }
 
 // A CPU tensor over `base`'s storage with `meta`'s geometry.
+// The storage offset, in elements of `view`'s dtype, of a view whose graph
+// geometry is `view`, of `base`, which has `root`'s geometry moved to
+// base.storage_offset(). A view may change the dtype (view_as_real of a
+// complex root): each offset counts elements of its own dtype.
+int64_t view_offset(const at::Tensor& base, const TensorMeta& view, const TensorMeta& root) {
+  const int64_t shift_bytes =
+      (base.storage_offset() - root.offset) * static_cast<int64_t>(c10::elementSize(root.dtype));
+  return view.offset + shift_bytes / static_cast<int64_t>(c10::elementSize(view.dtype));
+}
+
 at::Tensor alias(const at::Tensor& base, const TensorMeta& meta, int64_t offset) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(base.storage()), base.key_set(),
                                                    c10::scalarTypeToTypeMeta(meta.dtype));
@@ -689,8 +699,10 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
     const TensorMeta& rm = g.values[loc.root].meta;
     if (o == loc.root && (loc.kind != Location::Input || (m.sizes == rm.sizes && m.strides == rm.strides))) {
       results.push_back(base);
+    } else if (m.dtype == rm.dtype) {
+      results.push_back(base.as_strided(m.sizes, m.strides, view_offset(base, m, rm)));
     } else {
-      results.push_back(base.as_strided(m.sizes, m.strides, base.storage_offset() + m.offset - rm.offset));
+      results.push_back(alias(base, m, view_offset(base, m, rm)));
     }
   }
   std::vector<Operand> operands;
@@ -772,7 +784,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       const int r = where_[v].root;
       const at::Tensor& base = values[r];
       TORCH_INTERNAL_ASSERT(base.defined(), "mydev program: value %", v, " read before its storage was written");
-      t = alias(base, g.values[v].meta, base.storage_offset() + g.values[v].meta.offset - g.values[r].meta.offset);
+      t = alias(base, g.values[v].meta, view_offset(base, g.values[v].meta, g.values[r].meta));
     }
     return t;
   };
