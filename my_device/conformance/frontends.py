@@ -35,10 +35,49 @@ def _tree_map(fn, x):
     return x
 
 
+def _seeded_outside_the_graph(op, *args, **kwargs):
+    """torch.testing's wrapper_set_seed, through which the OpInfos of random ops call them, with its
+    freeze_rng_state and manual_seed(42) run eagerly around the compiled call: Dynamo cannot trace
+    freeze_rng_state (it reads the generators under no_dispatch). The op itself is still compiled."""
+    import torch
+
+    state = torch._dynamo.disable(_freeze_and_seed)()
+    out = op(*args, **kwargs)
+    torch._dynamo.disable(_thaw)(state)
+    return out
+
+
+def _freeze_and_seed():
+    import torch
+    from torch.testing._internal.common_utils import freeze_rng_state
+
+    state = freeze_rng_state()
+    state.__enter__()
+    torch.manual_seed(42)
+    return state
+
+
+def _thaw(state):
+    state.__exit__(None, None, None)
+
+
+def _seed_random_ops_outside_graphs():
+    """Points every OpInfo module's wrapper_set_seed at _seeded_outside_the_graph (once)."""
+    import sys
+
+    from torch.testing import _utils
+
+    original = _utils.wrapper_set_seed
+    for module in list(sys.modules.values()):
+        if getattr(module, "wrapper_set_seed", None) is original and module is not _utils:
+            module.wrapper_set_seed = _seeded_outside_the_graph
+
+
 def _compiled(fn, frontend):
     """fn compiled afresh by `frontend` ("compile" or "inductor"), with static shapes."""
     import torch
 
+    _seed_random_ops_outside_graphs()
     torch._dynamo.reset()
     return torch.compile(fn, backend="mydev" if frontend == "compile" else "inductor", dynamic=False)
 
