@@ -290,3 +290,25 @@ def test_torch_masked_fill_shape_function_still_ignores_broadcasting():
     # function gives self's shape; when this fails, torch broadcasts and the op can go back to full_codegen.
     self, mask = torch.zeros(5, device="lazy"), torch.zeros(5, 5, dtype=torch.bool, device="lazy")
     assert my_device._C._lazy.torch_masked_fill_shape(self, mask) == [5]
+
+
+def test_one_graph_on_data_of_other_strides_or_dtype_gets_a_program_of_its_own():
+    # Found by the lazy frontend sweep: LTC's graph hash covers sizes, the cached program was compiled for
+    # the first data's strides, and later data of the same sizes (an empty tensor's or a one-element
+    # tensor's strides are free) failed its geometry check.
+    shapes = [torch.empty(0, 2, 2, device="mydev"), torch.empty(0, 2, 2, device="mydev").transpose(1, 2),
+              torch.ones(1, device="mydev"), torch.ones(1, device="mydev").as_strided((1,), (0,))]
+    for t in shapes:
+        y = t.to("lazy") * 2 + 1
+        torch._lazy.mark_step()
+        torch.testing.assert_close(y.cpu(), (t * 2 + 1).cpu())
+
+
+def test_a_sparse_result_is_refused_at_the_call_and_later_graphs_run():
+    # A lazy tensor holding a sparse value made every later mark_step fail while it lived.
+    x = torch.randn(3, 4).to("mydev").to("lazy")
+    with pytest.raises(NotImplementedError, match="strided values only"):
+        x.to_sparse()
+    y = x * 2
+    torch._lazy.mark_step()
+    torch.testing.assert_close(y.cpu(), x.cpu() * 2)

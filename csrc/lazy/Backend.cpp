@@ -83,7 +83,7 @@ struct MydevComputation : torch::lazy::Computation {
   };
   std::shared_ptr<torch::jit::Graph> graph;
   std::vector<bool> numeric;  // per parameter: read as a number (see MydevData)
-  std::map<std::vector<int64_t>, Lowered> programs;  // by the values of the graph's number parameters
+  std::map<std::vector<int64_t>, Lowered> programs;  // by program_for's key
   std::vector<std::string> names;
   std::vector<torch::lazy::Shape> shapes;
   torch::lazy::Shape result;
@@ -105,9 +105,9 @@ struct MydevComputation : torch::lazy::Computation {
   }
 
   // The program for these arguments, lowered at the first execution with
-  // these number values.
-  const Lowered& program_for(const std::vector<c10::IValue>& args, const std::vector<int64_t>& numbers) {
-    auto it = programs.find(numbers);
+  // this key (the number values and the tensors' geometry).
+  const Lowered& program_for(const std::vector<c10::IValue>& args, const std::vector<int64_t>& key) {
+    auto it = programs.find(key);
     if (it != programs.end()) return it->second;
     jit::LoweredGraph lowered =
         jit::lower(graph, args, "lazy_graph_" + std::to_string(g_metrics.graphs_compiled.load()));
@@ -124,7 +124,7 @@ struct MydevComputation : torch::lazy::Computation {
     }
     g_metrics.graphs_compiled += 1;
     remember_last(l.program->dump());
-    return programs.emplace(numbers, std::move(l)).first->second;
+    return programs.emplace(key, std::move(l)).first->second;
   }
 };
 
@@ -214,7 +214,8 @@ class MydevBackend : public torch::lazy::BackendImplInterface {
                                                               const torch::lazy::BackendDevice& device) const override {
     auto c = std::static_pointer_cast<MydevComputation>(computation);
     std::vector<c10::IValue> args;
-    std::vector<int64_t> numbers_key;  // numbers are folded into the program: one program per set of values
+    // Numbers are folded into the program: one program per set of values (and per input geometry).
+    std::vector<int64_t> program_key;
     for (const auto& a : arguments) {
       auto ts = std::static_pointer_cast<torch::lazy::TSData>(a);
       auto mine = std::dynamic_pointer_cast<MydevData>(a);
@@ -227,20 +228,26 @@ class MydevBackend : public torch::lazy::BackendImplInterface {
         const double d = n.isFloatingPoint() ? n.toDouble() : static_cast<double>(n.toLong());
         int64_t bits;
         std::memcpy(&bits, &d, sizeof bits);
-        numbers_key.push_back(bits);
+        program_key.push_back(bits);
       } else if (ts->scalar) {
         const at::Scalar& n = *ts->scalar;
         args.emplace_back(n.isFloatingPoint() ? c10::IValue(n.toDouble()) : c10::IValue(n.toLong()));
         const double d = n.isFloatingPoint() ? n.toDouble() : static_cast<double>(n.toLong());
         int64_t bits;
         std::memcpy(&bits, &d, sizeof bits);
-        numbers_key.push_back(bits);
+        program_key.push_back(bits);
       } else {
         TORCH_CHECK(ts->HasValue(), "mydev lazy backend: an argument of the graph has no data");
-        args.emplace_back(ts->data());
+        const at::Tensor& data = ts->data();
+        args.emplace_back(data);
+        // LTC's graph hash covers sizes; a program is compiled for its inputs' exact geometry, and device
+        // data of the same sizes may come with other strides (an empty or one-element tensor's strides are
+        // free) or, for a 0-dim tensor, another dtype: those get a program of their own.
+        program_key.push_back(static_cast<int64_t>(data.scalar_type()));
+        program_key.insert(program_key.end(), data.strides().begin(), data.strides().end());
       }
     }
-    const MydevComputation::Lowered& l = c->program_for(args, numbers_key);
+    const MydevComputation::Lowered& l = c->program_for(args, program_key);
     std::vector<at::Tensor> inputs;
     for (size_t i = 0; i < args.size(); ++i) {
       if (l.input_slots[i] >= 0 && args[i].isTensor()) inputs.push_back(args[i].toTensor());

@@ -67,6 +67,10 @@ void eager_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         if (t.is_same(eager)) return lazy;  // a return aliasing a written argument is that argument
       }
       TORCH_CHECK(device.has_value(), "mydev lazy fallback: ", schema.name(), " has no lazy tensor argument");
+      // A lazy tensor's value is strided; one holding a sparse value would make every later mark_step
+      // fail for as long as it lives.
+      TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == at::kStrided, "mydev lazy tensors hold strided values only: ",
+                                  schema.name(), " returned a tensor of layout ", t.layout());
       return torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(t, *device));
     });
   }
