@@ -5,6 +5,7 @@
 // not exported, and it would run on the CPU.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/lazy/core/tensor.h>
+#include <torch/csrc/lazy/core/tensor_impl.h>
 #include <torch/library.h>
 
 #include "Lazy.h"
@@ -52,12 +53,27 @@ void eager_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     v = map_tensors(v, [&](const at::Tensor& t) {
       if (!is_lazy(t)) return t;
       at::Tensor eager = to_eager(t, *device);
-      if (writes) written.emplace_back(t, eager);
+      if (writes) {
+        // The op writes a copy: the tensor holding the lazy tensor's value may be the device data of
+        // nodes traced before (soft_margin_loss sums its output, then resizes it), which must keep it.
+        eager = eager.clone(at::MemoryFormat::Preserve);
+        written.emplace_back(t, eager);
+      }
       return eager;
     });
   }
   op.callBoxed(stack);
-  for (auto& [lazy, eager] : written) torch::lazy::TryGetLtcTensor(lazy)->UpdateFromTensor(eager, /*sync=*/false);
+  for (auto& [lazy, eager] : written) {
+    torch::lazy::LazyTensorPtr target = torch::lazy::TryGetLtcTensor(lazy);
+    if (lazy.sizes() == eager.sizes()) {
+      target->UpdateFromTensor(eager, /*sync=*/false);
+    } else {
+      // An out= argument the op resized (neg_out into an empty tensor): the lazy tensor takes the new
+      // shape, and its impl, which caches sizes, is told.
+      target->UpdateFromTensorOut(eager);
+      static_cast<torch::lazy::LTCTensorImpl*>(lazy.unsafeGetTensorImpl())->force_refresh_sizes();
+    }
+  }
   const size_t nrets = schema.returns().size();
   for (size_t r = 0; r < nrets; ++r) {
     c10::IValue& v = (*stack)[stack->size() - nrets + r];
