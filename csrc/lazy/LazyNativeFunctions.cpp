@@ -169,6 +169,33 @@ at::Tensor LazyNativeFunctions::masked_fill(const at::Tensor& self, const at::Te
   return wrap(torch::lazy::LazyTensor::Create(std::move(node), *device));
 }
 
+// Outside training the CPU's kernel, which the program runs, saves no statistics: its second and third
+// results are empty. torch's compute_shape_native_batch_norm gives them the channel count's size always.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
+    double momentum, double eps) {
+  std::optional<torch::lazy::BackendDevice> device =
+      torch::lazy::GetBackendDevice(input, weight, bias, running_mean, running_var);
+  TORCH_INTERNAL_ASSERT(device);
+  auto value_of = [](const std::optional<at::Tensor>& t) -> std::optional<torch::lazy::Value> {
+    torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(t.value_or(at::Tensor()));
+    return lazy ? std::make_optional(lazy->GetIrValue()) : std::nullopt;
+  };
+  std::vector<torch::lazy::Shape> shapes =
+      torch::lazy::compute_shape_native_batch_norm(input, weight, bias, running_mean, running_var, training,
+                                                   momentum, eps);
+  if (!training) {
+    for (size_t i : {1, 2}) shapes[i] = torch::lazy::Shape(shapes[i].scalar_type(), {0});
+  }
+  torch::lazy::NodePtr node = torch::lazy::MakeNode<NativeBatchNorm>(
+      torch::lazy::GetLtcTensorOrCreateForWrappedNumber(input, *device)->GetIrValue(), value_of(weight),
+      value_of(bias), value_of(running_mean), value_of(running_var), training, momentum, eps, std::move(shapes));
+  std::vector<torch::lazy::LazyTensorPtr> results;
+  for (size_t i = 0; i < 3; ++i) results.push_back(torch::lazy::LazyTensor::Create(torch::lazy::Value(node, i), *device));
+  return torch::lazy::TupleAtenFromLtcTensors<3>(results);
+}
+
 // A lazy tensor is a value: a clone is the same value.
 at::Tensor LazyNativeFunctions::clone(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
   torch::lazy::LazyTensorPtr t = torch::lazy::TryGetLtcTensor(self);
