@@ -316,3 +316,15 @@ def test_a_sparse_result_is_refused_at_the_call_and_later_graphs_run():
     y = x * 2
     torch._lazy.mark_step()
     torch.testing.assert_close(y.cpu(), x.cpu() * 2)
+
+
+def test_a_factory_the_fallback_runs_is_made_on_the_device():
+    # Found by the lazy frontend sweep: sgn's gradient of a real input is _efficientzerotensor(device=lazy), a
+    # factory with no tensor argument, which the eager fallback called again with the lazy device, and so on
+    # until the stack overflowed.
+    x = torch.randn(4, 4, device="mydev", requires_grad=True)
+    y = torch.sgn(x.to("lazy"))
+    torch._lazy.mark_step()
+    (grad,) = torch.autograd.grad(y.to("mydev"), x, torch.randn(4, 4, device="mydev"))
+    torch.testing.assert_close(grad.cpu(), torch.zeros(4, 4))
+    torch.testing.assert_close(y.cpu(), torch.sgn(x.detach().cpu()))

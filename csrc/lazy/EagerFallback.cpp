@@ -43,6 +43,16 @@ void eager_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (!device && is_lazy(t)) device = torch::lazy::TryGetLtcTensor(t)->GetDevice();
     });
   }
+  // A factory (no tensor argument: _efficientzerotensor, a backward's zeros) names the lazy device in its
+  // device argument, which would bring the call back here without end: it runs on the device's mydev.
+  for (size_t i = first; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isDevice() && v.toDevice().type() == c10::kLazy) {
+      const torch::lazy::BackendDevice lazy_device = torch::lazy::atenDeviceToBackendDevice(v.toDevice());
+      if (!device) device = lazy_device;
+      v = c10::IValue(device_of(lazy_device));
+    }
+  }
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (lazy argument, its eager stand-in)
   for (size_t i = first; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
@@ -82,7 +92,7 @@ void eager_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       for (auto& [lazy, eager] : written) {
         if (t.is_same(eager)) return lazy;  // a return aliasing a written argument is that argument
       }
-      TORCH_CHECK(device.has_value(), "mydev lazy fallback: ", schema.name(), " has no lazy tensor argument");
+      TORCH_CHECK(device.has_value(), "mydev lazy fallback: ", schema.name(), " has no lazy tensor or device argument");
       // A lazy tensor's value is strided; one holding a sparse value would make every later mark_step
       // fail for as long as it lives.
       TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == at::kStrided, "mydev lazy tensors hold strided values only: ",
