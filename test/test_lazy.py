@@ -328,3 +328,38 @@ def test_a_factory_the_fallback_runs_is_made_on_the_device():
     (grad,) = torch.autograd.grad(y.to("mydev"), x, torch.randn(4, 4, device="mydev"))
     torch.testing.assert_close(grad.cpu(), torch.zeros(4, 4))
     torch.testing.assert_close(y.cpu(), torch.sgn(x.detach().cpu()))
+
+
+def _through_lazy(fn, *args, **kwargs):
+    """fn on lazy copies of the mydev tensors among its arguments, its results back on mydev."""
+    to_lazy = lambda t: t.to("lazy") if isinstance(t, torch.Tensor) and t.device.type == "mydev" else t  # noqa
+    out = fn(*[to_lazy(a) for a in args], **{k: to_lazy(v) for k, v in kwargs.items()})
+    torch._lazy.mark_step()
+    return tuple(t.to("mydev") for t in out) if isinstance(out, tuple) else out.to("mydev")
+
+
+def _batch_norm_grads(device, native, seed=7):
+    g = torch.Generator().manual_seed(seed)
+    x, w, b = torch.randn(5, 5, 5, generator=g), torch.randn(5, generator=g), torch.randn(5, generator=g)
+    rm, rv = torch.randn(5, generator=g), torch.rand(5, generator=g) + 0.5
+    leaves = [t.to(device).requires_grad_() for t in (x, w, b)]
+    rm, rv = rm.to(device), rv.to(device)
+    call = (lambda f, *a, **k: f(*a, **k)) if device == "cpu" else _through_lazy
+    if native:
+        outs = call(torch.native_batch_norm, leaves[0], leaves[1], leaves[2], rm, rv, True, 0.5, 0.6)
+    else:
+        outs = (call(F.batch_norm, leaves[0], rm, rv, leaves[1], leaves[2], training=True, momentum=0.5, eps=0.6),)
+    outs = [o for o in outs if o.requires_grad]
+    weights = [torch.randn(o.shape, generator=g).to(device) for o in outs]
+    return [t.cpu() for t in torch.autograd.grad(outs, leaves, weights)]
+
+
+@pytest.mark.xfail(strict=True, reason="open: after a backward through torch.native_batch_norm, one through "
+                   "F.batch_norm on inputs of the same sizes gets another input gradient; each alone is right, and "
+                   "allocating the inputs in another order hides it, which points at state keyed by device "
+                   "addresses (found by the lazy frontend sweep)")
+def test_batch_norm_input_grad_after_native_batch_norm():
+    for native in (True, False):
+        want = _batch_norm_grads("cpu", native)
+        for got, expected in zip(_batch_norm_grads("mydev", native), want):
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
