@@ -319,8 +319,7 @@ void init() {
   std::call_once(once, [] {
     static MydevBackend backend;
     static torch::lazy::BackendRegistrar registrar(&backend);
-    static torch::lazy::LazyGraphExecutor executor;
-    torch::lazy::LazyGraphExecutor::Register(&executor);
+    register_graph_executor();
     // Only mydev's kernels: libtorch's TorchScript ones (at::RegisterTorchScriptLazyNativeFunctions) are
     // not registered. What stays of the TorchScript backend is what the generated IR needs: its IR
     // builder (the nodes LTC's core makes itself: device data, scalars, expand, cast) and its lowering

@@ -25,6 +25,8 @@ std::string last_graph();
 // Registers the backend, the lazy kernels and the eager fallback (once).
 void init();
 void register_eager_fallback();
+// LTC's graph executor with a hash that covers the graph's wiring (GraphExecutor.cpp).
+void register_graph_executor();
 // Lazy kernels of ops whose default implementation does not trace (Decompositions.cpp).
 void register_lazy_decompositions();
 // Composite kernels run with functionalization on (FunctionalizedComposites.cpp).
