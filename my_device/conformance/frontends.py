@@ -4,7 +4,8 @@ eager     the op called on mydev tensors (the default sweep);
 compile   torch.compile(backend="mydev"): the device's own compiler;
 inductor  torch.compile with Inductor, which generates code for mydev;
 lazy      lazy tensors on mydev (my_device.lazy): the call is traced and run as
-          a mydev program at mark_step.
+          a mydev program at mark_step (a module: its parameters and buffers as
+          lazy copies, through torch.func.functional_call).
 
 Each sample is compiled afresh (torch._dynamo.reset()), with static shapes:
 Dynamo would otherwise stop compiling an op after a few samples of other
@@ -13,7 +14,7 @@ the compiled function's arguments, not constants baked into the graph.
 """
 FRONTENDS = ("eager", "compile", "inductor", "lazy")
 # The frontends the ModuleInfo suite can run a module through.
-MODULE_FRONTENDS = ("eager", "compile", "inductor")
+MODULE_FRONTENDS = ("eager", "compile", "inductor", "lazy")
 
 
 def check(name, allowed=FRONTENDS):
@@ -107,8 +108,33 @@ def call(frontend, op, sample):
     return _compiled(body, frontend)(sample.input, list(sample.args), dict(sample.kwargs))
 
 
+def _lazy_module_call(module, args, kwargs):
+    """module(*args, **kwargs) on lazy tensors: its parameters and buffers (lazy copies, through which
+    gradients reach the mydev parameters), and its arguments, with torch.func.functional_call; the
+    buffers it updated (running statistics) are copied back into the module, as an eager call leaves them."""
+    import torch
+    import torch._lazy
+    from torch.func import functional_call
+
+    import my_device.lazy as ml
+
+    ml.init()
+    to_lazy = lambda t: t.to("lazy") if t.device.type == "mydev" else t  # noqa: E731
+    buffers = dict(module.named_buffers())
+    state = {name: to_lazy(t) for name, t in [*module.named_parameters(), *buffers.items()]}
+    out = functional_call(module, state, _tree_map(to_lazy, tuple(args)), _tree_map(to_lazy, dict(kwargs)))
+    torch._lazy.mark_step()
+    with torch.no_grad():
+        for name, buffer in buffers.items():
+            if buffer is not None and state[name] is not None:
+                buffer.copy_(state[name].to(buffer.device))
+    return _tree_map(lambda t: t.to("mydev") if t.device.type == "lazy" else t, out)
+
+
 def call_module(frontend, module, args, kwargs):
     """module(*args, **kwargs) through `frontend` (one of MODULE_FRONTENDS)."""
     if frontend == "eager":
         return module(*args, **kwargs)
+    if frontend == "lazy":
+        return _lazy_module_call(module, args, kwargs)
     return _compiled(module, frontend)(*args, **kwargs)
