@@ -45,6 +45,13 @@ at::Tensor wrap(torch::lazy::LazyTensorPtr t) {
   return torch::lazy::CreateAtenFromLtcTensor(std::move(t));
 }
 
+// LTC's hashes have no case for ComplexHalf (an internal assert in hash.h): refused where lazy tensors of a
+// dtype come from, with an error that says so.
+void check_lazy_dtype(at::ScalarType dtype) {
+  TORCH_CHECK_NOT_IMPLEMENTED(dtype != at::kComplexHalf,
+                              "mydev lazy tensors cannot be complex32: Lazy Tensor Core cannot hash ComplexHalf");
+}
+
 } // namespace
 
 at::Tensor LazyNativeFunctions::empty_symint(c10::SymIntArrayRef size, std::optional<at::ScalarType> dtype,
@@ -52,6 +59,7 @@ at::Tensor LazyNativeFunctions::empty_symint(c10::SymIntArrayRef size, std::opti
                                              std::optional<bool> pin_memory,
                                              std::optional<at::MemoryFormat> memory_format) {
   const torch::lazy::BackendDevice lazy_device = backend_device(device);
+  check_lazy_dtype(dtype.value_or(c10::typeMetaToScalarType(at::get_default_dtype())));
   // Uninitialised mydev memory: whatever uses the tensor writes it first (zeros() = empty + fill_).
   at::Tensor data = at::empty(C10_AS_INTARRAYREF_SLOW(size),
                               at::TensorOptions().dtype(dtype).layout(layout).device(data_device(lazy_device)),
@@ -75,6 +83,7 @@ at::Tensor LazyNativeFunctions::_to_copy(const at::Tensor& self, std::optional<a
                                          std::optional<at::MemoryFormat> memory_format) {
   torch::lazy::LazyTensorPtr lazy_self = torch::lazy::TryGetLtcTensor(self);
   const bool to_lazy = !device || device->type() == c10::kLazy;
+  if (to_lazy) check_lazy_dtype(dtype.value_or(self.scalar_type()));
   if (!lazy_self) {
     // Into a lazy tensor: its value stays on its device until a graph needs it (Backend.cpp's
     // MakeComputationDataFromTensor uploads it and counts host bytes); copied now, as .to() promises.
