@@ -18,8 +18,11 @@ from . import _C
 
 def init():
     """Registers the mydev Lazy Tensor backend (once per process; torch._lazy's TorchScript backend must
-    not be initialised in the same process)."""
+    not be initialised in the same process). Called again, it covers the composite ops defined since (a
+    library's torch.library.custom_op): their implementations then run with functionalization on, as
+    ATen's composites do; before, their in-place writes into views could be lost on lazy tensors."""
     _C._lazy.init()
+    _C._lazy.functionalize_composites()
 
 
 def metrics():

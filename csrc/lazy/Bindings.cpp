@@ -11,6 +11,9 @@ namespace my_device::lazy {
 void init_bindings(pybind11::module& parent) {
   auto m = parent.def_submodule("_lazy", "The mydev Lazy Tensor backend (csrc/lazy).");
   m.def("init", &init, "Registers the mydev Lazy Tensor backend (once per process).");
+  m.def("functionalize_composites", &register_functionalized_composites,
+        "Gives the composite ops registered since the last call (a torch.library.custom_op defined later) "
+        "their functionalizing Lazy kernel.");
   m.def("metrics", [] {
     const LazyMetrics& c = metrics();
     pybind11::dict d;

@@ -1,6 +1,7 @@
-// Composite kernels run with functionalization on, for every functional ATen
-// op whose kernel is a composite (CompositeExplicitAutograd) and that mydev's
-// Lazy backend does not trace itself.
+// Composite kernels run with functionalization on, for every functional op
+// whose kernel is a composite (CompositeExplicitAutograd: ATen's, and a
+// torch.library.custom_op's Python implementation) and that mydev's Lazy
+// backend does not trace itself.
 //
 // Functionalization sits above the Lazy key and rewrites the views and
 // in-place writes a program makes. A composite kernel runs below it, so the
@@ -17,6 +18,10 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "Lazy.h"
@@ -33,7 +38,7 @@ constexpr c10::DispatchKey kCompositeSlot = c10::DispatchKey::PrivateUse3;
 
 bool is_functional_composite(const c10::OperatorHandle& op) {
   using c10::DispatchKey;
-  if (!op.hasSchema() || op.operator_name().name.rfind("aten::", 0) != 0) return false;
+  if (!op.hasSchema()) return false;
   if (!op.hasKernelForDispatchKey(DispatchKey::CompositeExplicitAutograd)) return false;
   if (op.hasKernelForDispatchKey(DispatchKey::Lazy) || op.hasKernelForDispatchKey(kCompositeSlot)) return false;
   const c10::FunctionSchema& schema = op.schema();
@@ -99,12 +104,22 @@ void run_functionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 } // namespace
 
 void register_functionalized_composites() {
-  static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::Lazy, __FILE__, __LINE__);
+  // Idempotent (an op given the kernel has a Lazy kernel, and is skipped), and called again from
+  // my_device.lazy.init() for the ops defined since.
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
     if (!op || !is_functional_composite(*op)) continue;
+    // One library per namespace: a library implements only its own namespace's ops.
+    const std::string ns = name.name.substr(0, name.name.find("::"));
+    static std::unordered_map<std::string, std::unique_ptr<torch::Library>> libraries;
+    auto& library = libraries[ns];
+    if (!library) {
+      library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::Lazy, __FILE__, __LINE__);
+    }
     const std::string qualified = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-    library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&run_functionalized>());
+    library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&run_functionalized>());
   }
 }
 
