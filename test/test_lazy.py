@@ -404,3 +404,25 @@ def test_a_custom_op_defined_after_init_runs_functionalized_once_init_is_called_
     y = _interleave_zeros(x.to("mydev").to("lazy"))
     torch._lazy.mark_step()
     torch.testing.assert_close(y.cpu(), _interleave_zeros(x))
+
+
+def test_a_number_times_a_0_dim_tensor_keeps_the_tensor_dtype():
+    # LTC uploads the number as a plain 0-dim float64 tensor; the program once computed in float64 what LTC's
+    # shapes call float32, and a later kernel refused it (cross_entropy's label smoothing backward).
+    a = torch.full((), 2.0, device="mydev").to("lazy")
+    product, total = a * 0.9, a + 3
+    double = a * torch.tensor(3.0, dtype=torch.float64, device="mydev").to("lazy")  # a real tensor: float64
+    torch._lazy.mark_step()
+    for t, want in ((product, torch.tensor(1.8)), (total, torch.tensor(5.0)),
+                    (double, torch.tensor(6.0, dtype=torch.float64))):
+        assert t.dtype == ml.device_data(t).dtype == want.dtype
+        torch.testing.assert_close(t.cpu(), want)
+    x, target = torch.randn(2, 3, 4, 4, requires_grad=True), torch.randint(0, 3, (2, 4, 4))
+    loss = F.cross_entropy(x, target, label_smoothing=0.1)
+    (want,) = torch.autograd.grad(loss, x)
+    xm = x.detach().to("mydev").requires_grad_()
+    lazy_loss = F.cross_entropy(xm.to("lazy"), target.to("mydev").to("lazy"), label_smoothing=0.1)
+    torch._lazy.mark_step()
+    (got,) = torch.autograd.grad(lazy_loss.to("mydev"), xm)
+    torch.testing.assert_close(lazy_loss.cpu(), loss.detach())
+    torch.testing.assert_close(got.cpu(), want)

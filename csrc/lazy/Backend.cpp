@@ -202,6 +202,11 @@ class MydevBackend : public torch::lazy::BackendImplInterface {
       auto c = std::make_shared<MydevComputation>();
       c->graph = ts_computation->graph();
       c->numeric = read_as_numbers(*c->graph);
+      // Numbers LTC uploaded as 0-dim tensors are given to the program as numbers too (GraphExecutor.cpp).
+      const std::vector<bool> wrapped = wrapped_number_parameters_of_last_graph();
+      if (wrapped.size() == c->numeric.size()) {
+        for (size_t i = 0; i < wrapped.size(); ++i) c->numeric[i] = c->numeric[i] || wrapped[i];
+      }
       c->names = ts_computation->parameter_names();
       c->in_mark_step = instance->in_mark_step;
       out.push_back(std::move(c));

@@ -1,5 +1,6 @@
 // The Lazy graph executor of mydev: LTC's own, with a graph hash that tells
-// apart graphs whose nodes are wired differently.
+// apart graphs whose nodes are wired differently, and which notes the
+// parameters that are numbers.
 //
 // LTC looks a traced graph's compiled program up by a hash of its roots, each
 // node hashed from its op, attributes and its operands' hashes. Two device
@@ -11,6 +12,7 @@
 // the second graph ran the first one's program, its running statistics read
 // as weight and bias. The hash is combined here with the graph's wiring: for
 // each node in post order, the positions of the nodes its operands come from.
+#include <torch/csrc/lazy/backend/backend_interface.h>
 #include <torch/csrc/lazy/core/hash.h>
 #include <torch/csrc/lazy/core/ir.h>
 #include <torch/csrc/lazy/core/lazy_graph_executor.h>
@@ -45,16 +47,59 @@ torch::lazy::hash_t wiring_hash(const std::vector<const torch::lazy::Node*>& pos
   return h;
 }
 
+// Per parameter of the graph (in LTC's order: its distinct device data, in post
+// order), whether it is a number LTC uploaded as a 0-dim tensor: the 0.9 of
+// grad * 0.9. LTC's shapes treat it as the wrapped number it was (a 0-dim
+// float32 times it is float32), but its device data is a plain 0-dim float64
+// tensor by then (LTC's data cache copies the number and the copy is not
+// wrapped), and a program inferring dtypes from it would compute in float64.
+// Seen from the graph: a 0-dim float64, int64 or bool parameter that a node
+// with an output of another dtype reads.
+std::vector<bool> wrapped_number_parameters(const std::vector<const torch::lazy::Node*>& post_order) {
+  const torch::lazy::BackendImplInterface* backend = torch::lazy::getBackend();
+  std::unordered_map<const torch::lazy::BackendData*, size_t> parameter;
+  std::unordered_map<const torch::lazy::Node*, size_t> parameter_of_node;
+  for (const torch::lazy::Node* n : post_order) {
+    torch::lazy::BackendDataPtr data = backend->GetComputationDataFromNode(n);
+    if (!data) continue;
+    auto [it, fresh] = parameter.emplace(data.get(), parameter.size());
+    parameter_of_node.emplace(n, it->second);
+  }
+  std::vector<bool> numbers(parameter.size(), false);
+  for (const torch::lazy::Node* n : post_order) {
+    if (n->num_outputs() == 0) continue;
+    const at::ScalarType out = n->shape(0).scalar_type();
+    for (const torch::lazy::Output& operand : n->operands()) {
+      auto p = parameter_of_node.find(operand.node);
+      if (p == parameter_of_node.end()) continue;
+      const torch::lazy::Shape& s = operand.node->shape(operand.index);
+      const at::ScalarType t = s.scalar_type();
+      const bool number_type = t == at::kDouble || t == at::kLong || t == at::kBool;
+      if (s.dim() == 0 && number_type && out != t) numbers[p->second] = true;
+    }
+  }
+  return numbers;
+}
+
+// The flags of the graph last run through RunPostOrder on this thread, for the
+// Compile that follows it within the same sync.
+thread_local std::vector<bool> t_wrapped_numbers;
+
 class GraphExecutor : public torch::lazy::LazyGraphExecutor {
  protected:
   PostOrderData RunPostOrder(const std::vector<torch::lazy::Value>& ir_values, SyncTensorCollection* coll) override {
     PostOrderData po = LazyGraphExecutor::RunPostOrder(ir_values, coll);
     coll->hash = torch::lazy::HashCombine(coll->hash, wiring_hash(po.post_order, ir_values));
+    t_wrapped_numbers = wrapped_number_parameters(po.post_order);
     return po;
   }
 };
 
 } // namespace
+
+std::vector<bool> wrapped_number_parameters_of_last_graph() {
+  return t_wrapped_numbers;
+}
 
 void register_graph_executor() {
   static GraphExecutor executor;

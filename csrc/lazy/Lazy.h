@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace my_device::lazy {
 
@@ -27,6 +28,9 @@ void init();
 void register_eager_fallback();
 // LTC's graph executor with a hash that covers the graph's wiring (GraphExecutor.cpp).
 void register_graph_executor();
+// Per parameter of the graph being compiled on this thread, whether it is a number LTC uploaded as a
+// 0-dim tensor (GraphExecutor.cpp).
+std::vector<bool> wrapped_number_parameters_of_last_graph();
 // Lazy kernels of ops whose default implementation does not trace (Decompositions.cpp).
 void register_lazy_decompositions();
 // Composite kernels run with functionalization on (FunctionalizedComposites.cpp).
