@@ -18,7 +18,9 @@
 #include <torch/csrc/lazy/core/lazy_graph_executor.h>
 
 #include <cstdint>
+#include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "Lazy.h"
 
@@ -53,31 +55,41 @@ torch::lazy::hash_t wiring_hash(const std::vector<const torch::lazy::Node*>& pos
 // float32 times it is float32), but its device data is a plain 0-dim float64
 // tensor by then (LTC's data cache copies the number and the copy is not
 // wrapped), and a program inferring dtypes from it would compute in float64.
-// Seen from the graph: a 0-dim float64, int64 or bool parameter that a node
-// with an output of another dtype reads.
-std::vector<bool> wrapped_number_parameters(const std::vector<const torch::lazy::Node*>& post_order) {
+// Seen from the graph: a 0-dim float64 parameter that an arithmetic node (the
+// binary ops whose type promotion sets wrapped numbers apart) with an output
+// of another dtype reads, and no other node. (A 0-dim int64 is as often a
+// class target, and a copy's source must stay a tensor.)
+std::vector<bool> wrapped_number_parameters(const std::vector<const torch::lazy::Node*>& post_order,
+                                            const std::vector<torch::lazy::BackendDataPtr>& parameters) {
+  // LTC numbers the graph's parameters by their data's handle, in post order (RunPostOrder).
   const torch::lazy::BackendImplInterface* backend = torch::lazy::getBackend();
-  std::unordered_map<const torch::lazy::BackendData*, size_t> parameter;
+  std::unordered_map<torch::lazy::BackendData::Handle, size_t> index_of_handle;
+  for (size_t i = 0; i < parameters.size(); ++i) index_of_handle.emplace(parameters[i]->GetHandle(), i);
   std::unordered_map<const torch::lazy::Node*, size_t> parameter_of_node;
   for (const torch::lazy::Node* n : post_order) {
     torch::lazy::BackendDataPtr data = backend->GetComputationDataFromNode(n);
     if (!data) continue;
-    auto [it, fresh] = parameter.emplace(data.get(), parameter.size());
-    parameter_of_node.emplace(n, it->second);
+    auto it = index_of_handle.find(data->GetHandle());
+    if (it != index_of_handle.end()) parameter_of_node.emplace(n, it->second);
   }
-  std::vector<bool> numbers(parameter.size(), false);
+  static const std::unordered_set<std::string> arithmetic = {
+      "aten::add", "aten::sub", "aten::mul", "aten::div", "aten::rsub", "aten::pow", "aten::remainder",
+      "aten::fmod", "aten::maximum", "aten::minimum", "aten::atan2", "aten::true_divide"};
+  // A parameter is a number if some arithmetic node reads it so and no node reads it as a tensor.
+  std::vector<bool> as_number(parameters.size(), false), as_tensor(parameters.size(), false);
   for (const torch::lazy::Node* n : post_order) {
-    if (n->num_outputs() == 0) continue;
-    const at::ScalarType out = n->shape(0).scalar_type();
+    const bool arith = n->num_outputs() > 0 && arithmetic.count(n->op().op.toQualString()) > 0;
     for (const torch::lazy::Output& operand : n->operands()) {
       auto p = parameter_of_node.find(operand.node);
       if (p == parameter_of_node.end()) continue;
       const torch::lazy::Shape& s = operand.node->shape(operand.index);
-      const at::ScalarType t = s.scalar_type();
-      const bool number_type = t == at::kDouble || t == at::kLong || t == at::kBool;
-      if (s.dim() == 0 && number_type && out != t) numbers[p->second] = true;
+      const bool wrapped = arith && s.dim() == 0 && s.scalar_type() == at::kDouble &&
+                           n->shape(0).scalar_type() != at::kDouble;
+      (wrapped ? as_number : as_tensor)[p->second] = true;
     }
   }
+  std::vector<bool> numbers(parameters.size());
+  for (size_t i = 0; i < numbers.size(); ++i) numbers[i] = as_number[i] && !as_tensor[i];
   return numbers;
 }
 
@@ -90,7 +102,7 @@ class GraphExecutor : public torch::lazy::LazyGraphExecutor {
   PostOrderData RunPostOrder(const std::vector<torch::lazy::Value>& ir_values, SyncTensorCollection* coll) override {
     PostOrderData po = LazyGraphExecutor::RunPostOrder(ir_values, coll);
     coll->hash = torch::lazy::HashCombine(coll->hash, wiring_hash(po.post_order, ir_values));
-    t_wrapped_numbers = wrapped_number_parameters(po.post_order);
+    t_wrapped_numbers = wrapped_number_parameters(po.post_order, po.parameters_data);
     return po;
   }
 };
