@@ -716,3 +716,34 @@ def test_a_view_of_another_dtype_than_its_base_keeps_its_own_offsets():
     y = torch.randn(4, 3, dtype=torch.complex64)
     imag = torch.compile(lambda a: torch.view_as_real(a * 2)[1:, :, 1], backend="mydev", dynamic=False)
     torch.testing.assert_close(imag(y.to("mydev")).cpu(), torch.view_as_real(y * 2)[1:, :, 1])
+
+
+def _column_then_window(x):
+    x[:, 1] += 1
+    x.as_strided((2,), (4,), 1).sub_(3)
+    return x
+
+
+def _scalars_views_and_windows(x):
+    y = (x + 1) * 2.5 - 0.5
+    x.add_(1, alpha=2).mul_(y / 3)
+    x[0] = 7.0
+    x[:, 1] += 1
+    x[:, 1:] *= 2
+    x.as_strided((2,), (4,), 1).sub_(3)
+    return x
+
+
+@pytest.mark.parametrize("fn", [_column_then_window, _scalars_views_and_windows])
+def test_in_place_writes_through_views_land_where_the_cpu_puts_them(fn):
+    # Found through lazy tensors and reproduced with backend="mydev" (silent wrong values):
+    # - as_strided_scatter counts its storage offset from its tensor's storage, and a value placed in the
+    #   middle of the arena had the arena's: the window's write went elsewhere (values now get a storage
+    #   of their own, starting at their first byte);
+    # - a functional copy of a strided select came back contiguous where the trace says strided, and views
+    #   of it made with the trace's strides read past it (a call's result now takes the graph's geometry).
+    a = torch.arange(6.0).reshape(2, 3)
+    want = fn(a.clone())
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="mydev", dynamic=False)(a.clone().to("mydev"))
+    torch.testing.assert_close(got.cpu(), want)

@@ -2,6 +2,7 @@
 
 #include <ATen/core/TensorBody.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
@@ -39,6 +40,38 @@ c10::OperatorHandle resolve(const Node& n) {
   auto handle = c10::Dispatcher::singleton().findSchema(name);
   TORCH_CHECK(handle.has_value(), "mydev compiler: unknown operator '", n.op, "' (line ", n.line, ")");
   return *handle;
+}
+
+// An arena value over a storage of its own that starts at the value's first
+// byte (without owning it: the arena does), so that its storage offset is the
+// one the graph traced. Kernels that take a storage offset count it from their
+// tensor's storage (as_strided_scatter of a value placed in the arena's middle
+// wrote its window at the arena's offset, not the value's: a lost write).
+at::Tensor in_arena(const at::Tensor& arena, size_t byte_offset, const TensorMeta& meta) {
+  char* start = static_cast<char*>(arena.data_ptr()) + byte_offset;
+  c10::Storage storage(c10::Storage::use_byte_size_t(), meta.storage_bytes(), c10::DataPtr(start, arena.device()),
+                       /*allocator=*/nullptr, /*resizable=*/false);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), arena.key_set(),
+                                                   c10::scalarTypeToTypeMeta(meta.dtype));
+  impl->set_sizes_and_strides(meta.sizes, meta.strides, meta.offset);
+  return at::Tensor(std::move(impl));
+}
+
+// A call's result in the geometry the graph gives its value: the program makes
+// views of the value from that geometry, and a kernel may return another (a
+// functional copy of a strided view comes back contiguous where the trace says
+// strided, and a view made with the trace's strides read past its storage).
+// (Results of other sizes stay as they are: eval-mode batch norm's saved
+// statistics, which the CPU kernel leaves empty and nothing reads.)
+at::Tensor in_graph_geometry(const at::Tensor& result, const TensorMeta& meta) {
+  if (!result.sizes().equals(meta.sizes) ||
+      (result.strides().equals(meta.strides) && result.storage_offset() == meta.offset)) {
+    return result;
+  }
+  const int64_t elements = static_cast<int64_t>(meta.storage_bytes() / c10::elementSize(meta.dtype));
+  at::Tensor shaped = at::empty({elements}, result.options()).as_strided(meta.sizes, meta.strides, meta.offset);
+  shaped.copy_(result);
+  return shaped;
 }
 
 // Warnings raised while it is installed, to be raised again (replay) or dropped.
@@ -773,9 +806,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     if (loc.kind == Location::Output) {
       values[v] = host_view(operands[n_in + loc.slot], output_buffers_[loc.slot]);
     } else if (loc.kind == Location::Arena) {
-      const TensorMeta& m = g.values[v].meta;
-      const int64_t offset = static_cast<int64_t>(plan_.offsets[loc.slot] / c10::elementSize(m.dtype)) + m.offset;
-      values[v] = alias(host_arena, m, offset);
+      values[v] = in_arena(host_arena, plan_.offsets[loc.slot], g.values[v].meta);
     }
   }
   auto value = [&](int v) -> const at::Tensor& {
@@ -877,7 +908,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
             if (where_[v].kind == Location::Output && where_[v].root == v) {
               values[v].copy_(results[k]);
             } else {
-              values[v] = results[k];
+              values[v] = in_graph_geometry(results[k], g.values[v].meta);
             }
           }
         }
