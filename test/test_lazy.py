@@ -426,3 +426,4 @@ def test_a_number_times_a_0_dim_tensor_keeps_the_tensor_dtype():
     (got,) = torch.autograd.grad(lazy_loss.to("mydev"), xm)
     torch.testing.assert_close(lazy_loss.cpu(), loss.detach())
     torch.testing.assert_close(got.cpu(), want)
+

@@ -64,6 +64,35 @@ std::vector<bool> read_as_numbers(const torch::jit::Graph& graph) {
   return out;
 }
 
+// LTC's data cache gives equal numbers one device data, so one parameter can be
+// read as a number (an add's alpha 1, through aten::ScalarImplicit) and as a
+// tensor (a class target 1). Such a parameter's number uses get a graph input
+// of their own, appended, fed the same data as a number; returns, per appended
+// input, the parameter it reads.
+std::vector<size_t> split_number_uses(torch::jit::Graph& graph, std::vector<bool>& numeric) {
+  std::vector<size_t> copies;
+  const size_t n = graph.inputs().size();
+  for (size_t i = 0; i < n; ++i) {
+    torch::jit::Value* in = graph.inputs()[i];
+    std::vector<torch::jit::Node*> number_users;
+    bool tensor_use = false;
+    for (const torch::jit::Use& use : in->uses()) {
+      if (use.user->kind() == c10::aten::ScalarImplicit) {
+        number_users.push_back(use.user);
+      } else {
+        tensor_use = true;
+      }
+    }
+    if (number_users.empty() || !tensor_use) continue;
+    torch::jit::Value* number = graph.addInput()->setType(in->type());
+    for (torch::jit::Node* user : number_users) user->replaceInputWith(in, number);
+    numeric[i] = false;
+    numeric.push_back(true);
+    copies.push_back(i);
+  }
+  return copies;
+}
+
 struct MydevDeviceType : torch::lazy::BackendDeviceType {
   MydevDeviceType() {
     type = static_cast<int8_t>(c10::DeviceType::PrivateUse1);
@@ -82,7 +111,8 @@ struct MydevComputation : torch::lazy::Computation {
     std::vector<int> input_slots;
   };
   std::shared_ptr<torch::jit::Graph> graph;
-  std::vector<bool> numeric;  // per parameter: read as a number (see MydevData)
+  std::vector<bool> numeric;  // per graph input: read as a number (see MydevData)
+  std::vector<size_t> number_copies;  // per graph input after the parameters: the parameter it reads
   std::map<std::vector<int64_t>, Lowered> programs;  // by program_for's key
   std::vector<std::string> names;
   std::vector<torch::lazy::Shape> shapes;
@@ -207,6 +237,7 @@ class MydevBackend : public torch::lazy::BackendImplInterface {
       if (wrapped.size() == c->numeric.size()) {
         for (size_t i = 0; i < wrapped.size(); ++i) c->numeric[i] = c->numeric[i] || wrapped[i];
       }
+      c->number_copies = split_number_uses(*c->graph, c->numeric);
       c->names = ts_computation->parameter_names();
       c->in_mark_step = instance->in_mark_step;
       out.push_back(std::move(c));
@@ -221,7 +252,9 @@ class MydevBackend : public torch::lazy::BackendImplInterface {
     std::vector<c10::IValue> args;
     // Numbers are folded into the program: one program per set of values (and per input geometry).
     std::vector<int64_t> program_key;
-    for (const auto& a : arguments) {
+    std::vector<torch::lazy::BackendDataPtr> inputs_data(arguments.begin(), arguments.end());
+    for (size_t parameter : c->number_copies) inputs_data.push_back(arguments[parameter]);
+    for (const auto& a : inputs_data) {
       auto ts = std::static_pointer_cast<torch::lazy::TSData>(a);
       auto mine = std::dynamic_pointer_cast<MydevData>(a);
       if (!ts->scalar && c->numeric[args.size()] && ts->HasValue()) {
