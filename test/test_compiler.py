@@ -737,11 +737,9 @@ def _scalars_views_and_windows(x):
 @pytest.mark.parametrize("fn", [_column_then_window, _scalars_views_and_windows])
 def test_in_place_writes_through_views_land_where_the_cpu_puts_them(fn):
     # Found through lazy tensors and reproduced with backend="mydev" (silent wrong values):
-    # - as_strided_scatter counts its storage offset from its tensor's storage, and a value placed in the
-    #   middle of the arena had the arena's: the window's write went elsewhere (values now get a storage
-    #   of their own, starting at their first byte);
-    # - a functional copy of a strided select came back contiguous where the trace says strided, and views
-    #   of it made with the trace's strides read past it (a call's result now takes the graph's geometry).
+    # as_strided_scatter counts its storage offset from its tensor's storage, and a value placed in the
+    # middle of the arena had the arena's: the window's write went elsewhere (values now get a storage of
+    # their own, starting at their first byte).
     a = torch.arange(6.0).reshape(2, 3)
     want = fn(a.clone())
     torch._dynamo.reset()

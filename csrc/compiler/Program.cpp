@@ -57,23 +57,6 @@ at::Tensor in_arena(const at::Tensor& arena, size_t byte_offset, const TensorMet
   return at::Tensor(std::move(impl));
 }
 
-// A call's result in the geometry the graph gives its value: the program makes
-// views of the value from that geometry, and a kernel may return another (a
-// functional copy of a strided view comes back contiguous where the trace says
-// strided, and a view made with the trace's strides read past its storage).
-// (Results of other sizes stay as they are: eval-mode batch norm's saved
-// statistics, which the CPU kernel leaves empty and nothing reads.)
-at::Tensor in_graph_geometry(const at::Tensor& result, const TensorMeta& meta) {
-  if (!result.sizes().equals(meta.sizes) ||
-      (result.strides().equals(meta.strides) && result.storage_offset() == meta.offset)) {
-    return result;
-  }
-  const int64_t elements = static_cast<int64_t>(meta.storage_bytes() / c10::elementSize(meta.dtype));
-  at::Tensor shaped = at::empty({elements}, result.options()).as_strided(meta.sizes, meta.strides, meta.offset);
-  shaped.copy_(result);
-  return shaped;
-}
-
 // Warnings raised while it is installed, to be raised again (replay) or dropped.
 class HeldWarnings : public c10::WarningHandler {
  public:
@@ -908,7 +891,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
             if (where_[v].kind == Location::Output && where_[v].root == v) {
               values[v].copy_(results[k]);
             } else {
-              values[v] = in_graph_geometry(results[k], g.values[v].meta);
+              values[v] = results[k];
             }
           }
         }
