@@ -205,7 +205,6 @@ bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>&
   return true;
 }
 
-// A CPU tensor over `base`'s storage with `meta`'s geometry.
 // The storage offset, in elements of `view`'s dtype, of a view whose graph
 // geometry is `view`, of `base`, which has `root`'s geometry moved to
 // base.storage_offset(). A view may change the dtype (view_as_real of a
@@ -216,6 +215,7 @@ int64_t view_offset(const at::Tensor& base, const TensorMeta& view, const Tensor
   return view.offset + shift_bytes / static_cast<int64_t>(c10::elementSize(view.dtype));
 }
 
+// A CPU tensor over `base`'s storage with `meta`'s geometry.
 at::Tensor alias(const at::Tensor& base, const TensorMeta& meta, int64_t offset) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(base.storage()), base.key_set(),
                                                    c10::scalarTypeToTypeMeta(meta.dtype));

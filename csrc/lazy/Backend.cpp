@@ -254,26 +254,25 @@ class MydevBackend : public torch::lazy::BackendImplInterface {
     std::vector<int64_t> program_key;
     std::vector<torch::lazy::BackendDataPtr> inputs_data(arguments.begin(), arguments.end());
     for (size_t parameter : c->number_copies) inputs_data.push_back(arguments[parameter]);
+    auto add_number = [&](const at::Scalar& n, c10::IValue value) {
+      args.push_back(std::move(value));
+      const double d = n.isFloatingPoint() ? n.toDouble() : static_cast<double>(n.toLong());
+      int64_t bits;
+      std::memcpy(&bits, &d, sizeof bits);
+      program_key.push_back(bits);
+    };
     for (const auto& a : inputs_data) {
       auto ts = std::static_pointer_cast<torch::lazy::TSData>(a);
       auto mine = std::dynamic_pointer_cast<MydevData>(a);
       if (!ts->scalar && c->numeric[args.size()] && ts->HasValue()) {
         // A 0-dim tensor some op reads as a number: the number, from the host if known.
         const at::Scalar n = mine && mine->host_value ? *mine->host_value : ts->data().item();
-        args.emplace_back(n.isFloatingPoint() ? c10::IValue(n.toDouble())
-                          : n.isBoolean()     ? c10::IValue(n.toBool())
-                                              : c10::IValue(n.toLong()));
-        const double d = n.isFloatingPoint() ? n.toDouble() : static_cast<double>(n.toLong());
-        int64_t bits;
-        std::memcpy(&bits, &d, sizeof bits);
-        program_key.push_back(bits);
+        add_number(n, n.isFloatingPoint() ? c10::IValue(n.toDouble())
+                      : n.isBoolean()     ? c10::IValue(n.toBool())
+                                          : c10::IValue(n.toLong()));
       } else if (ts->scalar) {
         const at::Scalar& n = *ts->scalar;
-        args.emplace_back(n.isFloatingPoint() ? c10::IValue(n.toDouble()) : c10::IValue(n.toLong()));
-        const double d = n.isFloatingPoint() ? n.toDouble() : static_cast<double>(n.toLong());
-        int64_t bits;
-        std::memcpy(&bits, &d, sizeof bits);
-        program_key.push_back(bits);
+        add_number(n, n.isFloatingPoint() ? c10::IValue(n.toDouble()) : c10::IValue(n.toLong()));
       } else {
         TORCH_CHECK(ts->HasValue(), "mydev lazy backend: an argument of the graph has no data");
         const at::Tensor& data = ts->data();

@@ -17,6 +17,7 @@
 #include <torch/csrc/lazy/core/ir.h>
 #include <torch/csrc/lazy/core/lazy_graph_executor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -61,6 +62,11 @@ torch::lazy::hash_t wiring_hash(const std::vector<const torch::lazy::Node*>& pos
 // class target, and a copy's source must stay a tensor.)
 std::vector<bool> wrapped_number_parameters(const std::vector<const torch::lazy::Node*>& post_order,
                                             const std::vector<torch::lazy::BackendDataPtr>& parameters) {
+  // Every sync runs this: most graphs have no 0-dim float64 parameter, and need no more than this scan.
+  const bool any = std::any_of(parameters.begin(), parameters.end(), [](const torch::lazy::BackendDataPtr& d) {
+    return d->shape().dim() == 0 && d->shape().scalar_type() == at::kDouble;
+  });
+  if (!any) return std::vector<bool>(parameters.size(), false);
   // LTC numbers the graph's parameters by their data's handle, in post order (RunPostOrder).
   const torch::lazy::BackendImplInterface* backend = torch::lazy::getBackend();
   std::unordered_map<torch::lazy::BackendData::Handle, size_t> index_of_handle;
