@@ -8,8 +8,10 @@
 A port to other hardware replaces the first library."""
 import concurrent.futures
 import glob
+import hashlib
 import os
 import runpy
+import shlex
 import shutil
 import subprocess
 import sysconfig
@@ -19,6 +21,8 @@ import sysconfig
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 from setuptools import find_packages, setup
+import torch
+import torch.utils.cpp_extension as cpp_extension
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -61,6 +65,56 @@ def build_runtime(out_dir):
         subprocess.run([compiler, "-shared", "-pthread", "-o", linked, *objects], check=True)
         os.replace(linked, library)  # (a process that has the old library loaded keeps it)
     return library
+
+
+PRECOMPILED = os.path.join("csrc", "Precompiled.h")
+
+
+def precompiled_header(cflags, post_cflags):
+    """Compiles csrc/Precompiled.h with the extension's own flags into build/pch/ and returns the
+    flags that give it to every unit (a unit parses the header itself if it could not be built).
+    Rebuilt only when the header, the flags or torch change: gcc does not check the headers a
+    precompiled header was made from."""
+    compiler = os.environ.get("CXX", "c++")
+    flags = [f for f in [*cflags, *post_cflags] if f != "-c"]
+    out_dir = os.path.join(ROOT, "build", "pch")
+    os.makedirs(out_dir, exist_ok=True)
+    header = os.path.join(out_dir, "mydev_pch.h")
+    with open(os.path.join(ROOT, PRECOMPILED)) as f:
+        text = f.read()
+    stamp = hashlib.sha256("\0".join([text, compiler, torch.__version__, *flags]).encode()).hexdigest()
+    stamp_file = header + ".stamp"
+    current = open(stamp_file).read() if os.path.exists(stamp_file) else ""
+    if current != stamp or not os.path.exists(header + ".gch"):
+        with open(header, "w") as f:
+            f.write(text)
+        done = subprocess.run([compiler, *flags, "-x", "c++-header", header, "-o", header + ".gch"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:  # (each unit then parses the header itself)
+            print(f"precompiled header not built:\n{done.stderr[-2000:]}")
+        else:
+            with open(stamp_file, "w") as f:
+                f.write(stamp)
+    return ["-include", header]
+
+
+# torch's cpp_extension has no precompiled-header option for setup.py builds (only load() makes
+# one, of torch/extension.h). Its ninja writer is wrapped to add one; if torch renames it, the
+# build goes on without (test_layers.py notices both).
+_write_ninja = getattr(cpp_extension, "_write_ninja_file_and_compile_objects", None)
+
+
+def _write_ninja_with_pch(*, cflags, post_cflags, **kwargs):
+    # (torch passes the flags shell-quoted, as they go into the ninja file.)
+    pch = precompiled_header(shlex.split(" ".join(cflags)), shlex.split(" ".join(post_cflags)))
+    return _write_ninja(cflags=cflags, post_cflags=[*post_cflags, *map(shlex.quote, pch)], **kwargs)
+
+
+if _write_ninja is not None:
+    cpp_extension._write_ninja_file_and_compile_objects = _write_ninja_with_pch
+# ccache caches units compiled with a precompiled header only when told that the header's
+# macros and __TIME__ need not be checked.
+os.environ.setdefault("CCACHE_SLOPPINESS", "pch_defines,time_macros,include_file_mtime,include_file_ctime")
 
 
 class BuildExtensionWithRuntime(BuildExtension.with_options(use_ninja=True)):
