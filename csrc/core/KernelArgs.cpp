@@ -3,6 +3,7 @@
 #include <c10/core/impl/COW.h>
 
 #include "Allocator.h"
+#include "Graph.h"
 #include "Stream.h"
 #include "TensorImpl.h"
 
@@ -24,7 +25,25 @@ at::Tensor over(const c10::Storage& storage, const at::Tensor& t) {
 } // namespace
 
 KernelArgs::KernelArgs(c10::DeviceIndex device)
-    : device_(device), stream_(device >= 0 ? current_stream_handle(device) : nullptr) {}
+    : device_(device), stream_(device >= 0 ? current_stream_handle(device) : nullptr), recording_(capture_underway()) {}
+
+void KernelArgs::record(const c10::StorageImpl* s, Touch touch) {
+  if (C10_LIKELY(!recording_) || s == nullptr || s->nbytes() == 0) return;
+  memory_.push_back({s->data(), s->nbytes(), touch == Touch::kWrites});
+}
+
+void KernelArgs::record(const at::Tensor& t, Touch touch) {
+  if (C10_LIKELY(!recording_) || !t.defined() || t.device().type() != kMyDev) return;
+  if (t.layout() != c10::kStrided) {
+    incomplete_ = true;
+    return;
+  }
+  record(t.storage().unsafeGetStorageImpl(), touch);
+}
+
+void KernelArgs::touch(const c10::Storage& s, Touch touch) {
+  if (s.device_type() == kMyDev) record(s.unsafeGetStorageImpl(), touch);
+}
 
 const c10::Storage* KernelArgs::lease(const c10::Storage& s) {
   c10::StorageImpl* impl = s.unsafeGetStorageImpl();
@@ -49,14 +68,16 @@ bool is_callers_cpu_tensor(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && !t.unsafeGetTensorImpl()->is_wrapped_number();
 }
 
-at::Tensor KernelArgs::own(const at::Tensor& t) {
+at::Tensor KernelArgs::own(const at::Tensor& t, Touch touch) {
+  record(t, touch);
   if (is_callers_cpu_tensor(t)) return t.clone();
   if (!is_plain_device_tensor(t)) return t;
   const c10::Storage* leased = lease(t.storage());
   return leased != nullptr ? over(*leased, t) : kernel_handle(t);
 }
 
-at::Tensor KernelArgs::share(const at::Tensor& t) {
+at::Tensor KernelArgs::share(const at::Tensor& t, Touch touch) {
+  record(t, touch);
   if (is_callers_cpu_tensor(t)) return t.clone();
   if (!is_plain_device_tensor(t)) return t;
   if (const c10::Storage* leased = lease(t.storage())) return over(*leased, t);
@@ -65,13 +86,15 @@ at::Tensor KernelArgs::share(const at::Tensor& t) {
 }
 
 void KernelArgs::lease_in_place(const at::Tensor& t) {
+  record(t, Touch::kWrites);
   if (!is_plain_device_tensor(t)) return;
   if (const c10::Storage* leased = lease(t.storage())) {
     t.unsafeGetTensorImpl()->set_storage_keep_dtype(*leased);
   }
 }
 
-c10::Storage KernelArgs::keep(const c10::Storage& s) {
+c10::Storage KernelArgs::keep(const c10::Storage& s, Touch touch) {
+  this->touch(s, touch);
   if (s.device_type() == kMyDev && lease(s) != nullptr) return {};
   return s;
 }

@@ -29,6 +29,7 @@
 #include "Device.h"
 #include "Exception.h"
 #include "Graph.h"
+#include "KernelArgs.h"
 #include "Stream.h"
 
 // A kernel run at the call (launch_if_idle) sits under every frame between the
@@ -266,9 +267,12 @@ class KernelThreadState {
 };
 
 // `short_kernel`: see kShortKernelElements. Either way errors are reported at
-// the next synchronisation.
+// the next synchronisation. `touches`: the job's KernelArgs, when the body
+// reaches device memory through it only; a captured launch declares that
+// memory, so replays may run it beside kernels that touch other memory.
 template <class F>
-void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool short_kernel = false) {
+void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool short_kernel = false,
+                  const KernelArgs* touches = nullptr) {
   struct Task final : LaunchedTask {
     Task(F&& b, c10::DeviceIndex d, mydevStream_t stream, const char* l)
         : body(std::forward<F>(b)), device(d), label(l), context(kernel_context(d, stream)) {}
@@ -299,6 +303,11 @@ void launch_async(c10::DeviceIndex device, const char* label, F&& body, bool sho
       return;
     }
     MYDEV_CHECK(mydevStreamCaptureRetainObject(stream, task, [](void* t) { delete static_cast<Task*>(t); }));
+    if (const auto* memory = touches != nullptr ? touches->captured_memory() : nullptr) {
+      c10::SmallVector<mydevMemRange, 4> ranges;
+      for (const auto& range : *memory) ranges.push_back({range.ptr, range.bytes, range.written ? 1 : 0});
+      MYDEV_CHECK(mydevStreamCaptureDeclareMemory(stream, ranges.data(), ranges.size()));
+    }
     return;
   }
   auto trampoline = [](void* data) -> int {

@@ -167,14 +167,15 @@ void queue_copy_loop(const at::Tensor& src, const at::Tensor& dst) {
   const c10::DeviceIndex device = dst.device().index();
   struct Job : Pooled<Job> {
     Job(c10::DeviceIndex device, const at::Tensor& s, const at::Tensor& d)
-        : held(device), src(held.share(s)), dst(held.share(d)), iter(copy_iterator(src, dst)) {}
+        : held(device), src(held.share(s, Touch::kReads)), dst(held.share(d)), iter(copy_iterator(src, dst)) {}
     KernelArgs held;
     at::Tensor src;
     at::Tensor dst;
     at::TensorIterator iter;
   };
   auto job = std::make_unique<Job>(device, src, dst);
-  launch_async(device, "aten::copy_", [job = std::move(job)] { run_copy_loop(job->iter); });
+  const KernelArgs* touches = &job->held;
+  launch_async(device, "aten::copy_", [job = std::move(job)] { run_copy_loop(job->iter); }, false, touches);
 }
 
 // dst.copy_(src) with both tensors on the same mydev device. A dense copy is
@@ -208,10 +209,10 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
     return;
   }
   KernelArgs held(device);
-  launch_async(device, "aten::copy_", [src = held.own(src), dst = held.own(dst)] {
+  launch_async(device, "aten::copy_", [src = held.own(src, Touch::kReads), dst = held.own(dst)] {
     HostCall call(dst.device().index());
     call.to_host(dst).copy_(call.to_host(src));
-  });
+  }, false, &held);
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {

@@ -49,7 +49,7 @@ void memset_zero(const at::Tensor& self) {
   KernelArgs held(device);
   launch_async(device, "aten::zero_", [data, nbytes, keep = held.keep(self.storage())] {
     std::memset(kernel_address(data), 0, nbytes);
-  }, is_short_kernel(self.numel()));
+  }, is_short_kernel(self.numel()), &held);
 }
 
 // The CPU's fill_ (fill_out) over `self` at its kernel addresses, if it is

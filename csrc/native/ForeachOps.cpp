@@ -167,13 +167,14 @@ bool in_place_list(const char* label, c10::DeviceIndex device, size_t n, Make ma
                                               -> InPlace<Base>& { return slot.emplace(std::get<0>(args)); },
                                           numel);
   if (!built) return false;
+  const KernelArgs* touches = &job->held;
   launch_async(device, label, [job = std::move(job)] {
     for (size_t i = 0; i < job->size; ++i) {
       InPlace<Base>& op = *job->ops[i];
       use_kernel_addresses(op);
       std::apply([&](const auto&... a) { op.impl(a..., std::get<0>(job->args[i])); }, job->args[i]);
     }
-  }, is_short_kernel(numel));
+  }, is_short_kernel(numel), touches);
   return true;
 }
 
@@ -196,13 +197,14 @@ std::optional<std::vector<at::Tensor>> functional_list(const char* label, c10::D
     outputs.push_back(kernel_handle(job->ops[i]->outputs[0]));
     job->held.lease_in_place(job->ops[i]->outputs[0]);
   }
+  const KernelArgs* touches = &job->held;
   launch_async(device, label, [job = std::move(job)] {
     for (size_t i = 0; i < job->size; ++i) {
       Functional<Base>& op = *job->ops[i];
       use_kernel_addresses(op);
       std::apply([&](const auto&... a) { op.impl(a..., op.outputs[0]); }, job->args[i]);
     }
-  }, is_short_kernel(numel));
+  }, is_short_kernel(numel), touches);
   return outputs;
 }
 

@@ -267,8 +267,9 @@ template <class T>
 const T& held_arg(KernelArgs&, const T& value) {
   return value;
 }
+// (An argument is read: in-place ops pass self, which they write, apart.)
 inline at::Tensor held_arg(KernelArgs& held, const at::Tensor& t) {
-  return held.share(t);
+  return held.share(t, Touch::kReads);
 }
 
 // The device a call's kernel will be launched on: that of its first mydev
@@ -336,10 +337,18 @@ class HostOperands {
     if (held_ == nullptr) recycle();
   }
 
+  // Tensors aliased from now on are ones the kernel only reads (kReads) or
+  // may write (kWrites, the default), for its KernelArgs.
+  void set_touch(Touch touch) {
+    touch_ = touch;
+  }
+
   at::Tensor alias(const at::Tensor& t) {
     if (!t.defined() || t.device().type() != kMyDev || t.layout() != c10::kStrided) {
-      return held_ != nullptr ? held_->own(t) : t;
+      return held_ != nullptr ? held_->own(t, touch_) : t;
     }
+    // (Every tensor, also one over a storage already kept: an output may share an input's.)
+    if (held_ != nullptr) held_->touch(t.storage(), touch_);
     c10::TensorImpl* const impl = t.unsafeGetTensorImpl();
     for (const auto& entry : tensors_) {
       if (entry.device == impl) return entry.host;
@@ -362,7 +371,7 @@ class HostOperands {
     if (host_storage == nullptr) {
       // The job keeps the bytes: a lease, or a reference (KernelArgs::keep).
       if (held_ != nullptr) {
-        if (c10::Storage kept = held_->keep(t.storage())) kept_.push_back(std::move(kept));
+        if (c10::Storage kept = held_->keep(t.storage(), touch_)) kept_.push_back(std::move(kept));
       }
       storages_.emplace_back(device_storage, host_storage_over(device_storage, nullptr, false));
       host_storage = &storages_.back().second;
@@ -451,6 +460,7 @@ class HostOperands {
   c10::SmallVector<Entry, 4> tensors_;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
   c10::SmallVector<c10::Storage, 2> kept_;
+  Touch touch_ = Touch::kWrites;
 };
 
 template <size_t N, size_t... I>
@@ -616,12 +626,13 @@ MYDEV_ALWAYS_INLINE std::array<at::Tensor, N> queue_functional(const char* label
     // A kernel over a few thousand elements costs less than handing it to the
     // worker (kShortKernelElements).
     const bool short_kernel = is_short_kernel(job->op.numel());
+    const KernelArgs* touches = &job->held;
     launch_async(device, label, [job = std::move(job)] {
       use_kernel_addresses(job->op);
       std::apply([&](const auto&... a) {
         std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->op.outputs);
       }, job->args);
-    }, short_kernel);
+    }, short_kernel, touches);
     return out;
   } else {
     // meta() runs on the caller's tensors; impl() on host aliases of them and
@@ -687,16 +698,19 @@ MYDEV_ALWAYS_INLINE std::array<at::Tensor, N> queue_functional(const char* label
     auto job = std::make_unique<Job>(launch_device(args...));
     TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
                           job->held.device());
+    job->host.set_touch(Touch::kReads);
     job->args.emplace(job->host.alias(args)...);
+    job->host.set_touch(Touch::kWrites);
     // The caller's outputs are the device tensors meta() made; the job keeps
     // their bytes as it keeps its inputs' (a lease, or a reference).
     for (size_t i = 0; i < N; ++i) job->outputs[i] = job->host.alias(op.outputs[i]);
+    const KernelArgs* touches = &job->held;
     launch_async(device, label, [job = std::move(job)] {
       HostCall call(job->held.device());
       std::apply([&](const auto&... a) {
         std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->outputs);
       }, *job->args);
-    }, short_kernel);
+    }, short_kernel, touches);
     return std::move(op.outputs);
   }
 }
@@ -767,10 +781,11 @@ MYDEV_ALWAYS_INLINE at::Tensor& in_place(const char* label, at::Tensor& self, co
     }
   }
   const bool short_kernel = is_short_kernel(job->op.numel());
+  const KernelArgs* touches = &job->held;
   launch_async(device, label, [job = std::move(job)] {
     if constexpr (kIterator<Base>) use_kernel_addresses(job->op);
     std::apply([&](const auto&... a) { job->op.impl(job->self, a..., job->self); }, job->args);
-  }, short_kernel);
+  }, short_kernel, touches);
   return self;
 }
 

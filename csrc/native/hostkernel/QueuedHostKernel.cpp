@@ -496,7 +496,7 @@ bool queue_host_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
 
   // (Never a short kernel, whatever its size: mapping the arguments to the
   // host and the boxed CPU call cost more than the hand-off they would save.)
-  launch_async(device, plan.label.c_str(), [job = std::move(job)] { job->run(); });
+  launch_async(device, plan.label.c_str(), [job = std::move(job)] { job->run(); }, false, &held);
   clock.mark(breakdown::kLaunch);
   return true;
 }

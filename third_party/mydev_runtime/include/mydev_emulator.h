@@ -46,6 +46,25 @@ MYDEV_API mydevError_t mydevDeviceWaitIdle(void);
 #define mydevLaunchIdleOnly 0x2u
 MYDEV_API mydevError_t mydevLaunchHostFuncEx(mydevStream_t stream, mydevHostFn_t fn, void* user_data,
                                              const char* label, unsigned int flags);
+/* During stream capture: all the device memory (device addresses) that the
+ * launch just captured on `stream` reads or writes. A replay orders declared
+ * launches by the memory they share, not by capture order, and runs those
+ * that share none on separate threads at once, as a device runs independent
+ * kernels side by side: MYDEV_GRAPH_REPLAY_THREADS=N (N > 1) always does with
+ * N threads, 1 never does; unset, two threads do when the first replay, run in
+ * capture order and timed, finds the nodes long enough and the longest path
+ * through them at most 0.9 of their total time. A range declared read-only
+ * (written == 0) orders the node only against nodes that write it. A node left undeclared runs after every node captured
+ * before it and before every node captured after it. mydevErrorIllegalState
+ * if the stream is not capturing or its last captured node is not a launch of
+ * its own. */
+typedef struct mydevMemRange {
+  const void* ptr;
+  size_t bytes;
+  int written; /* nonzero if the node may write any of it */
+} mydevMemRange;
+MYDEV_API mydevError_t mydevStreamCaptureDeclareMemory(mydevStream_t stream, const mydevMemRange* ranges,
+                                                      size_t count);
 /* Nonzero when MYDEV_LAUNCH_BLOCKING=1, where every launch, copy and memset
  * runs at the call: a caller that would build a task holding its own copies of
  * its arguments (for a worker to run later) may run the work over them. */
