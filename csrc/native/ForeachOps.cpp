@@ -229,7 +229,7 @@ template <class Base>
 bool binary_list_(const char* label, at::TensorList self, at::TensorList other) {
   const auto device = list_device({self, other});
   return device && in_place_list<Base>(label, *device, self.size(), [&](size_t i, KernelArgs& held) {
-    return std::make_tuple(held.share(self[i]), held.share(other[i]));
+    return std::make_tuple(held.share(self[i]), held.share(other[i], Touch::kReads));
   });
 }
 template <class Base>
@@ -237,7 +237,7 @@ bool binary_list_alpha_(const char* label, at::TensorList self, at::TensorList o
   const auto device = list_device({self, other});
   return device &&
          in_place_list<Base>(label, *device, self.size(), [&](size_t i, KernelArgs& held) {
-           return std::make_tuple(held.share(self[i]), held.share(other[i]), alpha);
+           return std::make_tuple(held.share(self[i]), held.share(other[i], Touch::kReads), alpha);
          });
 }
 
@@ -349,7 +349,7 @@ void mul_tensor_(at::TensorList self, const at::Tensor& other) {
                     other.scalar_type() == self[0].scalar_type() && other.layout() == c10::kStrided &&
                     !other.is_neg() &&
                     in_place_list<MulOp>(kLabel, *device, self.size(), [&](size_t i, KernelArgs& held) {
-                      return std::make_tuple(held.share(self[i]), held.share(other));
+                      return std::make_tuple(held.share(self[i]), held.share(other, Touch::kReads));
                     });
   if (!fast) in_place_fallback(kLabel, self, other);
 }
@@ -361,7 +361,7 @@ void lerp_scalar_(at::TensorList self, at::TensorList end, const at::Scalar& wei
   const bool fast = device &&
                     in_place_list<at::native::structured_lerp_Scalar>(
                         kLabel, *device, self.size(), [&](size_t i, KernelArgs& held) {
-                          return std::make_tuple(held.share(self[i]), held.share(end[i]), weight);
+                          return std::make_tuple(held.share(self[i]), held.share(end[i], Touch::kReads), weight);
                         });
   if (!fast) in_place_fallback(kLabel, self, end, weight);
 }
@@ -371,8 +371,8 @@ void lerp_list_(at::TensorList self, at::TensorList end, at::TensorList weight) 
   const auto device = list_device({self, end, weight});
   const bool fast = device && in_place_list<at::native::structured_lerp_Tensor>(
                                   kLabel, *device, self.size(), [&](size_t i, KernelArgs& held) {
-                                    return std::make_tuple(held.share(self[i]), held.share(end[i]),
-                                                           held.share(weight[i]));
+                                    return std::make_tuple(held.share(self[i]), held.share(end[i], Touch::kReads),
+                                                           held.share(weight[i], Touch::kReads));
                                   });
   if (!fast) in_place_fallback(kLabel, self, end, weight);
 }
@@ -384,7 +384,8 @@ bool pointwise_(const char* label, at::TensorList self, at::TensorList t1, at::T
   const auto device = list_device({self, t1, t2}, per_entry ? std::optional<size_t>(values.size()) : std::nullopt);
   if (!device) return false;
   return in_place_list<Base>(label, *device, self.size(), [&](size_t i, KernelArgs& held) {
-    return std::make_tuple(held.share(self[i]), held.share(t1[i]), held.share(t2[i]), values[per_entry ? i : 0]);
+    return std::make_tuple(held.share(self[i]), held.share(t1[i], Touch::kReads), held.share(t2[i], Touch::kReads),
+                           values[per_entry ? i : 0]);
   });
 }
 void addcmul_scalar_(at::TensorList self, at::TensorList t1, at::TensorList t2, const at::Scalar& value) {
@@ -439,7 +440,7 @@ std::vector<at::Tensor> add_list(at::TensorList self, at::TensorList other, cons
   std::optional<std::vector<at::Tensor>> out;
   if (device) {
     out = functional_list<AddOp>("aten::_foreach_add.List", *device, self.size(), [&](size_t i, KernelArgs& held) {
-      return std::make_tuple(held.share(self[i]), held.share(other[i]), alpha);
+      return std::make_tuple(held.share(self[i], Touch::kReads), held.share(other[i], Touch::kReads), alpha);
     });
   }
   return out ? std::move(*out) : at::native::foreach_tensor_add_list_kernel_slow(self, other, alpha);
@@ -450,7 +451,7 @@ std::vector<at::Tensor> sub_list(at::TensorList self, at::TensorList other, cons
   std::optional<std::vector<at::Tensor>> out;
   if (device) {
     out = functional_list<SubOp>("aten::_foreach_sub.List", *device, self.size(), [&](size_t i, KernelArgs& held) {
-      return std::make_tuple(held.share(self[i]), held.share(other[i]), alpha);
+      return std::make_tuple(held.share(self[i], Touch::kReads), held.share(other[i], Touch::kReads), alpha);
     });
   }
   return out ? std::move(*out) : at::native::foreach_tensor_sub_list_kernel_slow(self, other, alpha);
@@ -461,7 +462,7 @@ std::optional<std::vector<at::Tensor>> binary_list(const char* label, at::Tensor
   const auto device = list_device({self, other});
   if (!device) return std::nullopt;
   return functional_list<Base>(label, *device, self.size(), [&](size_t i, KernelArgs& held) {
-    return std::make_tuple(held.share(self[i]), held.share(other[i]));
+    return std::make_tuple(held.share(self[i], Touch::kReads), held.share(other[i], Touch::kReads));
   });
 }
 std::vector<at::Tensor> mul_list(at::TensorList self, at::TensorList other) {
@@ -486,9 +487,9 @@ std::optional<std::vector<at::Tensor>> binary_scalar(const char* label, at::Tens
   if (!number) return std::nullopt;
   return functional_list<Base>(label, *device, self.size(), [&](size_t i, KernelArgs& held) {
     if constexpr (kAlpha) {
-      return std::make_tuple(held.share(self[i]), *number, at::Scalar(1));
+      return std::make_tuple(held.share(self[i], Touch::kReads), *number, at::Scalar(1));
     } else {
-      return std::make_tuple(held.share(self[i]), *number);
+      return std::make_tuple(held.share(self[i], Touch::kReads), *number);
     }
   });
 }
@@ -514,7 +515,7 @@ std::optional<std::vector<at::Tensor>> unary(const char* label, at::TensorList s
   const auto device = list_device({self});
   if (!device) return std::nullopt;
   return functional_list<Base>(label, *device, self.size(), [&](size_t i, KernelArgs& held) {
-    return std::make_tuple(held.share(self[i]));
+    return std::make_tuple(held.share(self[i], Touch::kReads));
   });
 }
 std::vector<at::Tensor> sqrt(at::TensorList self) {

@@ -54,8 +54,10 @@ MYDEV_API mydevError_t mydevLaunchHostFuncEx(mydevStream_t stream, mydevHostFn_t
  * N threads, 1 never does; unset, two threads do when the first replay, run in
  * capture order and timed, finds the nodes long enough and the longest path
  * through them at most 0.9 of their total time. A range declared read-only
- * (written == 0) orders the node only against nodes that write it. A node left undeclared runs after every node captured
- * before it and before every node captured after it. mydevErrorIllegalState
+ * (written == 0) orders the node only against nodes that write it. Captured
+ * copies and memsets are declared by the runtime. A launch left undeclared
+ * runs after every node captured before it and before every node captured
+ * after it. mydevErrorIllegalState
  * if the stream is not capturing or its last captured node is not a launch of
  * its own. */
 typedef struct mydevMemRange {

@@ -164,7 +164,19 @@ mydevError_t captureTask(const std::shared_ptr<mydevStream_st>& sp, Task&& task)
   const auto index = static_cast<uint32_t>(c->nodes.size());
   task.traced = false;
   task.waiter = nullptr;
-  c->nodes.push_back(Node{std::move(task), position, reinterpret_cast<uintptr_t>(sp.get())});
+  Node node{std::move(task), position, reinterpret_cast<uintptr_t>(sp.get())};
+  if (node.task.kind != Task::Kind::kLaunch) {
+    // A copy or a memset declares itself: what it writes and reads, at the
+    // device addresses launches declare (its own are kernel addresses).
+    auto range = [](const void* kernel_address, size_t bytes, bool written) {
+      const auto begin = reinterpret_cast<uintptr_t>(mydevDeviceAddress(kernel_address));
+      return Node::Range{begin, begin + bytes, written};
+    };
+    node.declared = true;
+    node.memory.push_back(range(node.task.ptr, node.task.count, true));
+    if (node.task.kind == Task::Kind::kCopy) node.memory.push_back(range(node.task.src, node.task.count, false));
+  }
+  c->nodes.push_back(std::move(node));
   position.assign(1, index);
   return mydevSuccess;
 }
@@ -291,9 +303,9 @@ ReplayThreads replayThreads() {
 // The order a replay must keep. Capture order is a valid run order; where two
 // nodes declared disjoint memory (mydevStreamCaptureDeclareMemory) nothing
 // orders them, as nothing orders two kernels on different streams: a replay
-// may run them at the same time. An undeclared node (a copy, a memset, a
-// launch whose caller declared nothing) waits for every node before it and
-// every node after it waits for it.
+// may run them at the same time (copies and memsets declare themselves). An
+// undeclared node (a launch whose caller declared nothing) waits for every
+// node before it and every node after it waits for it.
 void planReplay(mydevGraphExec_st& exec) {
   const std::vector<Node>& nodes = exec.data->nodes;
   const auto n = static_cast<uint32_t>(nodes.size());
