@@ -7,8 +7,8 @@
 // task that runs the nodes one after another; the dependencies are kept to
 // check joins at the end of capture and to draw the graph. Nodes whose callers
 // declared the memory they touch are ordered by that memory instead, and a
-// replay runs independent ones on more than one thread (planReplay).
-#include "internal.h"
+// replay runs independent ones on more than one thread (graph_replay.cpp).
+#include "graph_state.h"
 #include "stream_state.h"
 
 #include <cxxabi.h>
@@ -18,9 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -28,38 +26,6 @@
 
 namespace mydev_detail {
 namespace {
-
-struct Node {
-  Task task;  // kLaunch, kCopy or kMemset
-  std::vector<uint32_t> deps;
-  uint64_t stream_id;
-  // mydevStreamCaptureDeclareMemory: all the device memory the node touches,
-  // as [begin, end) address ranges. An undeclared node may touch anything.
-  struct Range {
-    uintptr_t begin, end;
-    bool written;
-  };
-  bool declared = false;
-  std::vector<Range> memory;
-};
-
-// Whether one of the two nodes may write memory the other touches.
-bool touchSameMemory(const Node& a, const Node& b) {
-  for (const auto& x : a.memory) {
-    for (const auto& y : b.memory) {
-      if ((x.written || y.written) && x.begin < y.end && y.begin < x.end) return true;
-    }
-  }
-  return false;
-}
-
-using Objects = std::vector<std::pair<void*, mydevUserObjectDestroy_t>>;
-
-void destroyObjects(Objects& objects) {
-  // Newest first: a later launch's data may refer to an earlier one's.
-  for (auto it = objects.rbegin(); it != objects.rend(); ++it) it->second(it->first);
-  objects.clear();
-}
 
 struct Capture {
   uint64_t id;
@@ -114,33 +80,6 @@ void addUnique(std::vector<uint32_t>& into, const std::vector<uint32_t>& more) {
 }  // namespace mydev_detail
 
 using namespace mydev_detail;
-
-struct GraphData {
-  int device;
-  std::vector<Node> nodes;
-  Objects objects;
-  ~GraphData() { destroyObjects(objects); }
-};
-
-struct mydevGraph_st {
-  std::shared_ptr<GraphData> data;
-};
-
-struct mydevGraphExec_st {
-  std::shared_ptr<GraphData> data;
-  std::mutex mu;
-  std::condition_variable idle;
-  int in_flight = 0;  // replays enqueued and not yet finished
-  // What a parallel replay runs by (mydev_detail::planReplay): each node's
-  // successors and how many nodes it waits for. Empty when the nodes form a
-  // chain, which runs one after another.
-  std::vector<std::vector<uint32_t>> successors;
-  std::vector<uint32_t> waits_for;
-  // Whether replays run independent nodes side by side: decided by the first
-  // replay (worthRunningInParallel).
-  enum class Parallel { kNo, kUnknown, kYes };
-  std::atomic<Parallel> parallel{Parallel::kNo};
-};
 
 namespace mydev_detail {
 
@@ -252,250 +191,6 @@ mydevError_t refuseCapturedEvent(const EventMarker& m) {
 }
 
 namespace {
-
-// One enqueued replay: the launched function's user_data.
-struct Replay {
-  mydevGraphExec_st* exec;
-};
-
-void runNode(Node& node) {
-  Task& t = node.task;
-  int rc = 0;
-  switch (t.kind) {
-    case Task::Kind::kLaunch:
-      try {
-        rc = t.fn(t.ptr);
-      } catch (abi::__forced_unwind&) {
-        throw;
-      } catch (...) {
-        rc = -1;
-      }
-      break;
-    case Task::Kind::kCopy:
-      std::memmove(t.ptr, t.src, t.count);  // kernel addresses, as a queued copy's
-      break;
-    case Task::Kind::kMemset:
-      std::memset(t.ptr, t.value, t.count);
-      break;
-    default:
-      break;
-  }
-  if (rc != 0) recordWorkerFailure(t.label);
-}
-
-// MYDEV_GRAPH_REPLAY_THREADS: how many threads run one replay's independent
-// nodes (the stream's own and helpers). Unset: two, when the first replay
-// finds it worth it (worthRunningInParallel); 1: every replay in capture
-// order; N > 1: N, always.
-struct ReplayThreads {
-  int count;
-  bool always;
-};
-ReplayThreads replayThreads() {
-  static const ReplayThreads threads = [] {
-    const char* v = std::getenv("MYDEV_GRAPH_REPLAY_THREADS");
-    if (v == nullptr || *v == '\0') return ReplayThreads{2, false};
-    return ReplayThreads{std::max(1, std::min(std::atoi(v), 64)), true};
-  }();
-  return threads;
-}
-
-// The order a replay must keep. Capture order is a valid run order; where two
-// nodes declared disjoint memory (mydevStreamCaptureDeclareMemory) nothing
-// orders them, as nothing orders two kernels on different streams: a replay
-// may run them at the same time (copies and memsets declare themselves). An
-// undeclared node (a launch whose caller declared nothing) waits for every
-// node before it and every node after it waits for it.
-void planReplay(mydevGraphExec_st& exec) {
-  const std::vector<Node>& nodes = exec.data->nodes;
-  const auto n = static_cast<uint32_t>(nodes.size());
-  std::vector<std::vector<uint32_t>> successors(n);
-  std::vector<uint32_t> waits_for(n, 0);
-  bool chain = true;
-  int64_t barrier = -1;  // the last undeclared node
-  for (uint32_t j = 0; j < n; ++j) {
-    auto order = [&](uint32_t i) {
-      successors[i].push_back(j);
-      ++waits_for[j];
-    };
-    if (!nodes[j].declared) {
-      for (uint32_t i = static_cast<uint32_t>(barrier + 1); i < j; ++i) order(i);
-      if (barrier >= 0 && barrier + 1 == j) order(static_cast<uint32_t>(barrier));
-      barrier = j;
-    } else {
-      if (barrier >= 0) order(static_cast<uint32_t>(barrier));
-      for (uint32_t i = static_cast<uint32_t>(barrier + 1); i < j; ++i) {
-        if (touchSameMemory(nodes[i], nodes[j])) order(i);
-      }
-    }
-    if (j > 0 && (waits_for[j] == 0 || std::find(successors[j - 1].begin(), successors[j - 1].end(), j) ==
-                                           successors[j - 1].end())) {
-      chain = false;
-    }
-  }
-  if (chain || replayThreads().count < 2) return;
-  exec.successors = std::move(successors);
-  exec.waits_for = std::move(waits_for);
-  exec.parallel = replayThreads().always ? mydevGraphExec_st::Parallel::kYes : mydevGraphExec_st::Parallel::kUnknown;
-}
-
-// One parallel replay: the nodes whose predecessors have run, smallest first.
-struct ParallelRun {
-  mydevGraphExec_st* exec;
-  mydevStream_st* stream;  // the stream it runs on, and its device: what a helper
-  int device;              // takes on to run nodes as the stream's worker does
-  std::mutex mu;
-  std::condition_variable changed;
-  std::vector<uint32_t> waiting;
-  std::vector<uint32_t> ready;  // a min-heap
-  size_t finished = 0;
-  int helpers = 0;  // helpers inside work()
-
-  void work() {
-    std::vector<Node>& nodes = exec->data->nodes;
-    std::unique_lock<std::mutex> lock(mu);
-    for (;;) {
-      changed.wait(lock, [&] { return !ready.empty() || finished == nodes.size(); });
-      if (ready.empty()) return;
-      std::pop_heap(ready.begin(), ready.end(), std::greater<>());
-      const uint32_t n = ready.back();
-      ready.pop_back();
-      lock.unlock();
-      runNode(nodes[n]);
-      lock.lock();
-      ++finished;
-      for (uint32_t next : exec->successors[n]) {
-        if (--waiting[next] == 0) {
-          ready.push_back(next);
-          std::push_heap(ready.begin(), ready.end(), std::greater<>());
-        }
-      }
-      // This thread takes the next node itself: wake another only for a second.
-      if (ready.size() > 1 || finished == nodes.size()) changed.notify_all();
-    }
-  }
-};
-
-// Threads that help whichever replay posts itself first; another replay
-// running meanwhile runs alone.
-struct ReplayHelpers {
-  std::mutex mu;
-  std::condition_variable posted;
-  ParallelRun* run = nullptr;
-  uint64_t generation = 0;
-
-  ReplayHelpers(int count) {
-    for (int i = 0; i < count; ++i) std::thread([this] { loop(); }).detach();
-  }
-  void loop() {
-    uint64_t seen = 0;
-    for (;;) {
-      ParallelRun* r;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        posted.wait(lock, [&] { return run != nullptr && generation != seen; });
-        seen = generation;
-        r = run;
-        std::lock_guard<std::mutex> l(r->mu);
-        ++r->helpers;
-      }
-      mydevStream_st* const saved_stream = t_worker_stream;
-      t_worker_stream = r->stream;
-      DeviceGuard on_device(r->device);
-      r->work();
-      t_worker_stream = saved_stream;
-      std::lock_guard<std::mutex> l(r->mu);
-      --r->helpers;
-      r->changed.notify_all();
-    }
-  }
-};
-
-ReplayHelpers& replayHelpers() {
-  static auto* h = new ReplayHelpers(replayThreads().count - 1);  // never destroyed: detached threads use it
-  return *h;
-}
-
-// Whether running independent nodes side by side shortens a replay enough to
-// pay for the hand-offs: the longest path through the plan, timed by the first
-// replay, must be at most kParallelGain of the nodes' total time, and nodes
-// must average at least kMinParallelNodeNs.
-constexpr double kParallelGain = 0.9;
-constexpr int64_t kMinParallelNodeNs = 10000;
-
-bool worthRunningInParallel(const mydevGraphExec_st& exec, const std::vector<int64_t>& took) {
-  const size_t n = took.size();
-  int64_t total = 0;
-  std::vector<int64_t> finish(n, 0);  // the longest path ending with each node
-  for (size_t i = 0; i < n; ++i) {
-    total += took[i];
-    finish[i] += took[i];
-    for (uint32_t next : exec.successors[i]) finish[next] = std::max(finish[next], finish[i]);
-  }
-  const int64_t longest = n ? *std::max_element(finish.begin(), finish.end()) : 0;
-  return n > 0 && total / static_cast<int64_t>(n) >= kMinParallelNodeNs &&
-         static_cast<double>(longest) <= kParallelGain * static_cast<double>(total);
-}
-
-void runParallel(mydevGraphExec_st* exec) {
-  ParallelRun run;
-  run.exec = exec;
-  run.stream = t_worker_stream;
-  run.device = currentDevice();
-  run.waiting = exec->waits_for;
-  for (uint32_t i = 0; i < run.waiting.size(); ++i) {
-    if (run.waiting[i] == 0) run.ready.push_back(i);
-  }
-  std::make_heap(run.ready.begin(), run.ready.end(), std::greater<>());
-  ReplayHelpers& helpers = replayHelpers();
-  bool posted = false;
-  {
-    std::lock_guard<std::mutex> lock(helpers.mu);
-    if (helpers.run == nullptr) {
-      helpers.run = &run;
-      ++helpers.generation;
-      posted = true;
-    }
-  }
-  if (posted) helpers.posted.notify_all();
-  run.work();
-  if (posted) {
-    {
-      std::lock_guard<std::mutex> lock(helpers.mu);
-      helpers.run = nullptr;  // no helper joins from now on
-    }
-    std::unique_lock<std::mutex> lock(run.mu);
-    run.changed.wait(lock, [&] { return run.helpers == 0; });
-  }
-}
-
-int runReplay(void* data) {
-  std::unique_ptr<Replay> replay(static_cast<Replay*>(data));
-  mydevGraphExec_st* exec = replay->exec;
-  if (exec->parallel == mydevGraphExec_st::Parallel::kYes) {
-    runParallel(exec);
-  } else if (exec->parallel == mydevGraphExec_st::Parallel::kUnknown) {
-    // The first replay runs in capture order and times its nodes: handing a
-    // node to another thread costs a wake-up, more than a short kernel.
-    std::vector<int64_t> took;
-    took.reserve(exec->data->nodes.size());
-    for (Node& node : exec->data->nodes) {
-      const auto start = std::chrono::steady_clock::now();
-      runNode(node);
-      took.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-                         .count());
-    }
-    exec->parallel = worthRunningInParallel(*exec, took) ? mydevGraphExec_st::Parallel::kYes : mydevGraphExec_st::Parallel::kNo;
-  } else {
-    for (Node& node : exec->data->nodes) runNode(node);
-  }
-  {
-    std::lock_guard<std::mutex> lock(exec->mu);
-    --exec->in_flight;
-  }
-  exec->idle.notify_all();
-  return 0;
-}
 
 template <class H>
 struct Handles {
