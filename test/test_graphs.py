@@ -404,12 +404,14 @@ eager_model = copy.deepcopy(model)
 data = [(torch.randn(4, 8, 32), torch.randn(4, 8, 32)) for _ in range(6)]
 x, y = torch.zeros(4, 8, 32, device="mydev"), torch.zeros(4, 8, 32, device="mydev")
 
+one = torch.ones((), device="mydev")
+
 def trainer(m):
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=True)
     def step():
         opt.zero_grad(set_to_none=False)
         loss = nn.functional.mse_loss(m(x), y)
-        loss.backward()
+        loss.backward(one)
         opt.step()
         return loss
     return step
@@ -422,6 +424,7 @@ with torch.mydev.stream(side):
     for _ in range(3):
         x.copy_(data[0][0]); y.copy_(data[0][1]); step()
 torch.mydev.current_stream().wait_stream(side)
+torch.mydev.synchronize()  # (as _warm_up: the warm-up's first calls have run before the capture)
 g = torch.mydev.MyDevGraph()
 with torch.mydev.graph(g):
     static_loss = step()
