@@ -42,7 +42,7 @@ void KernelArgs::record(const at::Tensor& t, Touch touch) {
 }
 
 void KernelArgs::touch(const c10::Storage& s, Touch touch) {
-  if (s.device_type() == kMyDev) record(s.unsafeGetStorageImpl(), touch);
+  if (C10_UNLIKELY(recording_) && s.device_type() == kMyDev) record(s.unsafeGetStorageImpl(), touch);
 }
 
 const c10::Storage* KernelArgs::lease(const c10::Storage& s) {

@@ -347,11 +347,10 @@ class HostOperands {
     if (!t.defined() || t.device().type() != kMyDev || t.layout() != c10::kStrided) {
       return held_ != nullptr ? held_->own(t, touch_) : t;
     }
-    // (Every tensor, also one over a storage already kept: an output may share an input's.)
-    if (held_ != nullptr) held_->touch(t.storage(), touch_);
     c10::TensorImpl* const impl = t.unsafeGetTensorImpl();
     for (const auto& entry : tensors_) {
-      if (entry.device == impl) return entry.host;
+      // (Passed again, perhaps as an output now: its KernelArgs hears of it.)
+      if (entry.device == impl) return touched(t, entry.host);
     }
     if (held_ == nullptr) breakdown::count_host_alias();
     c10::StorageImpl* const device_storage = t.storage().unsafeGetStorageImpl();
@@ -359,6 +358,8 @@ class HostOperands {
     for (const auto& [device, host] : storages_) {
       if (device == device_storage) host_storage = &host;
     }
+    // A storage already kept (keep() hears of the others): an output may share an input's.
+    if (host_storage != nullptr && held_ != nullptr) held_->touch(t.storage(), touch_);
     if (host_storage == nullptr && held_ == nullptr) {
       if (auto host = pooled_alias(t)) {
         storages_.emplace_back(device_storage, host->storage());
@@ -461,6 +462,11 @@ class HostOperands {
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
   c10::SmallVector<c10::Storage, 2> kept_;
   Touch touch_ = Touch::kWrites;
+
+  const at::Tensor& touched(const at::Tensor& t, const at::Tensor& host) {
+    if (held_ != nullptr) held_->touch(t.storage(), touch_);
+    return host;
+  }
 };
 
 template <size_t N, size_t... I>

@@ -69,14 +69,14 @@ ReplayThreads replayThreads() {
   return threads;
 }
 
+}  // namespace
+
 // The order a replay must keep. Capture order is a valid run order; where two
 // nodes declared disjoint memory (mydevStreamCaptureDeclareMemory) nothing
 // orders them, as nothing orders two kernels on different streams: a replay
 // may run them at the same time (copies and memsets declare themselves). An
 // undeclared node (a launch whose caller declared nothing) waits for every
 // node before it and every node after it waits for it.
-}  // namespace
-
 void planReplay(mydevGraphExec_st& exec) {
   const std::vector<Node>& nodes = exec.data->nodes;
   const auto n = static_cast<uint32_t>(nodes.size());
@@ -90,8 +90,7 @@ void planReplay(mydevGraphExec_st& exec) {
       ++waits_for[j];
     };
     if (!nodes[j].declared) {
-      for (uint32_t i = static_cast<uint32_t>(barrier + 1); i < j; ++i) order(i);
-      if (barrier >= 0 && barrier + 1 == j) order(static_cast<uint32_t>(barrier));
+      for (uint32_t i = static_cast<uint32_t>(std::max<int64_t>(barrier, 0)); i < j; ++i) order(i);
       barrier = j;
     } else {
       if (barrier >= 0) order(static_cast<uint32_t>(barrier));
@@ -107,7 +106,8 @@ void planReplay(mydevGraphExec_st& exec) {
   if (chain || replayThreads().count < 2) return;
   exec.successors = std::move(successors);
   exec.waits_for = std::move(waits_for);
-  exec.parallel = replayThreads().always ? mydevGraphExec_st::Parallel::kYes : mydevGraphExec_st::Parallel::kUnknown;
+  using Parallel = mydevGraphExec_st::Parallel;
+  exec.parallel = replayThreads().always ? Parallel::kYes : Parallel::kUnknown;
 }
 
 namespace {
@@ -245,11 +245,12 @@ void runParallel(mydevGraphExec_st* exec) {
 }  // namespace
 
 int runReplay(void* data) {
+  using Parallel = mydevGraphExec_st::Parallel;
   std::unique_ptr<Replay> replay(static_cast<Replay*>(data));
   mydevGraphExec_st* exec = replay->exec;
-  if (exec->parallel == mydevGraphExec_st::Parallel::kYes) {
+  if (exec->parallel == Parallel::kYes) {
     runParallel(exec);
-  } else if (exec->parallel == mydevGraphExec_st::Parallel::kUnknown) {
+  } else if (exec->parallel == Parallel::kUnknown) {
     // The first replay runs in capture order and times its nodes: handing a
     // node to another thread costs a wake-up, more than a short kernel.
     std::vector<int64_t> took;
@@ -260,7 +261,7 @@ int runReplay(void* data) {
       took.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
                          .count());
     }
-    exec->parallel = worthRunningInParallel(*exec, took) ? mydevGraphExec_st::Parallel::kYes : mydevGraphExec_st::Parallel::kNo;
+    exec->parallel = worthRunningInParallel(*exec, took) ? Parallel::kYes : Parallel::kNo;
   } else {
     for (Node& node : exec->data->nodes) runNode(node);
   }
