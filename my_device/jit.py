@@ -30,6 +30,12 @@ def to_mydev(module, example_inputs, methods=("forward",)):
         spec = {m: _spec(example_inputs[m]) for m in methods}
     else:
         spec = {m: _spec(example_inputs) for m in methods}
+    for m in methods:
+        # A traced module's inputs can share a name (each is named after the parameter the tracer first met
+        # it as: `inp`); torch's to_backend writes its wrapper from those names and, with two alike, passes
+        # one input in both places, a silent wrong value. test_jit.py::test_to_backend_still_merges_input_names
+        # notices when torch stops doing it.
+        _C._jit.distinct_argument_names(module, m)
     return torch._C._jit_to_backend("mydev", module, spec)
 
 

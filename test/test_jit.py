@@ -197,6 +197,41 @@ def test_a_traced_module_that_reads_its_input_shape_lowers():
     torch.testing.assert_close(lowered(x.to("mydev")).cpu(), block(x))
 
 
+def _doubled(inp):
+    return inp * 2
+
+
+def _halved(inp):
+    return inp / 2
+
+
+class _TwoInputsTracedAsInp(nn.Module):
+    # The tracer names each input after the first parameter it meets: both become `inp` (inp.1, inp).
+    def forward(self, *xs):
+        return _doubled(xs[0]) - _halved(xs[1])
+
+
+def _two_inputs_named_alike():
+    xs = (torch.randn(3, device=DEV), torch.randn(3, device=DEV))
+    traced = torch.jit.trace(_TwoInputsTracedAsInp(), xs)
+    names = [v.debugName().split(".")[0] for v in list(traced.graph.inputs())[1:]]
+    assert names == ["inp", "inp"], names
+    return traced, xs, (xs[0] * 2 - xs[1] / 2).cpu()
+
+
+def test_a_traced_module_whose_inputs_share_a_name_gets_each_input():
+    traced, xs, expected = _two_inputs_named_alike()
+    torch.testing.assert_close(mj.to_mydev(traced, xs)(*xs).cpu(), expected)
+
+
+def test_to_backend_still_merges_input_names():
+    # to_mydev renames such inputs (csrc/jit/Bindings.cpp, distinct_argument_names) because torch's to_backend wrapper
+    # passes one of them twice. When this starts failing, torch keeps the names apart and the rename can go.
+    traced, xs, expected = _two_inputs_named_alike()
+    lowered = torch._C._jit_to_backend("mydev", traced, {"forward": {"inputs": xs}})
+    assert not torch.allclose(lowered(*xs).cpu(), expected)
+
+
 def test_a_traced_nanogpt_style_block_lowers():
     """A nanoGPT-style block, traced: shape reads, head sizes computed from them (`C // n_head`, a number the
     trace records as a tensor), split, views and transposes, causal scaled_dot_product_attention, layer norms,

@@ -174,6 +174,11 @@ bool is_fusible_pointwise(const Graph& g, const Node& node) {
                           node.op == "aten::logical_not" || node.op == "aten::where.self";
   if (bool_out && !makes_bool) return false;
   if (node.op == "aten::where.self" && bool_out) return false;
+  // where's condition must be Bool, as its CPU kernel demands (a fused kernel would take any nonzero).
+  if (node.op == "aten::where.self" &&
+      (node.args.empty() || node.args[0].value < 0 || g.values[node.args[0].value].meta.dtype != c10::ScalarType::Bool)) {
+    return false;
+  }
   // Comparisons of Bool tensors, and where() picking between Bool tensors, stay unfused.
   if (makes_bool && node.op != "aten::where.self" && node.op != "aten::logical_not") {
     for (const Arg& a : node.args) {

@@ -33,6 +33,8 @@ bool TensorMeta::is_contiguous() const {
 
 namespace {
 
+constexpr int64_t kMaxValues = int64_t{1} << 24;
+
 std::string join(const std::vector<int64_t>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -141,7 +143,8 @@ class LineReader {
   int value_id() {
     expect('%');
     const int64_t v = integer();
-    if (v < 0) fail("negative value id");
+    // Values are numbered from 0 (a vector holds them): a number beyond any program's is a damaged text.
+    if (v < 0 || v >= kMaxValues) fail("value id out of range (0 to " + std::to_string(kMaxValues - 1) + ")");
     return static_cast<int>(v);
   }
   std::vector<int64_t> int_list(char open, char close) {

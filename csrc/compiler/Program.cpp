@@ -3,6 +3,7 @@
 #include <ATen/core/TensorBody.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
@@ -205,6 +206,121 @@ bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>&
   return true;
 }
 
+// Whether counting `m`'s elements and the bytes its storage needs stays
+// within int64 (a program text may give any sizes).
+bool fits_in_memory(const TensorMeta& m) {
+  int64_t numel = 1, last = m.offset;
+  for (size_t d = 0; d < m.sizes.size(); ++d) {
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(numel, m.sizes[d], &numel)) return false;
+    if (m.sizes[d] > 0 && (__builtin_mul_overflow(m.sizes[d] - 1, m.strides[d], &reach) ||
+                           __builtin_add_overflow(last, reach, &last))) {
+      return false;
+    }
+  }
+  int64_t bytes = 0;
+  return !__builtin_mul_overflow(last + 1, static_cast<int64_t>(c10::elementSize(m.dtype)), &bytes);
+}
+
+// Whether no two elements of `m` share a place in memory (what a result the
+// program writes needs: an expanded geometry would be written over itself).
+bool non_overlapping(const TensorMeta& m) {
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < m.sizes.size(); ++d) {
+    if (m.sizes[d] == 0) return true;
+    if (m.sizes[d] != 1) dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return m.strides[a] < m.strides[b]; });
+  int64_t span = 1;  // elements the smaller dims cover
+  for (size_t d : dims) {
+    if (m.strides[d] < span) return false;
+    span = m.strides[d] * m.sizes[d];
+  }
+  return true;
+}
+
+// A meta tensor of `m`'s geometry, over a storage that holds it.
+at::Tensor meta_tensor(const TensorMeta& m) {
+  const int64_t elements = static_cast<int64_t>(m.storage_bytes() / c10::elementSize(m.dtype)) + m.offset;
+  return at::empty({elements}, at::TensorOptions().dtype(m.dtype).device(at::kMeta))
+      .as_strided(m.sizes, m.strides, m.offset);
+}
+
+// An argument of `n` as a meta kernel takes it: values as meta tensors of
+// their graph geometry, devices as the meta device.
+c10::IValue meta_argument(const Graph& g, const Arg& a, const c10::TypePtr& type) {
+  if (!a.is_list) {
+    if (a.value >= 0) return meta_tensor(g.values[a.value].meta);
+    if (a.constant.isDevice()) return c10::Device(c10::kMeta);
+    return boxed_constant(a, type);
+  }
+  if (!has_tensor(a)) return boxed_constant(a, type);
+  c10::TypePtr t = type;
+  if (auto opt = t->castRaw<c10::OptionalType>()) t = opt->getElementType();
+  auto list = t->castRaw<c10::ListType>();
+  TORCH_CHECK(list, "mydev compiler: a list given for a ", type->str(), " argument");
+  if (list->getElementType()->castRaw<c10::OptionalType>()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const Arg& e : a.items) {
+      out.push_back(e.value < 0 ? std::nullopt : std::optional<at::Tensor>(meta_tensor(g.values[e.value].meta)));
+    }
+    return out;
+  }
+  c10::List<at::Tensor> out;
+  for (const Arg& e : a.items) {
+    TORCH_CHECK(e.value >= 0, "mydev compiler: a constant in a list of tensors");
+    out.push_back(meta_tensor(g.values[e.value].meta));
+  }
+  return out;
+}
+
+// Whether `v` is something an argument of schema type `t` takes (the text's
+// constants are untyped: i3 may stand for an int, a float or a dtype).
+bool fits(const c10::IValue& v, const c10::TypePtr& t) {
+  if (auto opt = t->castRaw<c10::OptionalType>()) return v.isNone() || fits(v, opt->getElementType());
+  switch (t->kind()) {
+    case c10::TypeKind::TensorType:
+      return v.isTensor();
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+      return v.isInt();
+    case c10::TypeKind::FloatType:
+    case c10::TypeKind::SymFloatType:
+      return v.isDouble() || v.isInt();
+    case c10::TypeKind::BoolType:
+    case c10::TypeKind::SymBoolType:
+      return v.isBool();
+    case c10::TypeKind::NumberType:
+      return v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble();
+    case c10::TypeKind::StringType:
+      return v.isString();
+    case c10::TypeKind::DeviceObjType:
+      return v.isDevice();
+    case c10::TypeKind::ListType: {
+      if (!v.isList()) return false;
+      const c10::TypePtr element = t->castRaw<c10::ListType>()->getElementType();
+      for (const c10::IValue& e : v.toListRef()) {
+        if (!fits(e, element)) return false;
+      }
+      return true;
+    }
+    default:
+      return true;  // a type no frontend writes (a Generator is always None)
+  }
+}
+
+std::vector<at::Tensor> tensors_of(const std::vector<c10::IValue>& stack) {
+  std::vector<at::Tensor> results;
+  for (const c10::IValue& r : stack) {
+    if (r.isTensor()) {
+      results.push_back(r.toTensor());
+    } else if (r.isTensorList()) {
+      for (const at::Tensor& t : r.toTensorList()) results.push_back(t);
+    }
+  }
+  return results;
+}
+
 // The storage offset, in elements of `view`'s dtype, of a view whose graph
 // geometry is `view`, of `base`, which has `root`'s geometry moved to
 // base.storage_offset(). A view may change the dtype (view_as_real of a
@@ -327,6 +443,7 @@ void Program::build() {
   for (size_t i = 0; i < g.inputs.size(); ++i) where_[g.inputs[i]] = {Location::Input, g.inputs[i], static_cast<int>(i)};
   check_geometry();
   const NodeFacts facts = resolve_nodes();
+  check_results(facts);
   order_steps(facts);
   stats_.steps = static_cast<int64_t>(steps_.size());
   step_ns_ = std::vector<std::atomic<int64_t>>(steps_.size());
@@ -347,6 +464,8 @@ void Program::check_geometry() {
     for (size_t d = 0; valid && d < m.sizes.size(); ++d) valid = m.sizes[d] >= 0 && m.strides[d] >= 0;
     TORCH_CHECK(valid, "mydev compiler: value %", v, " has the geometry ", m.str(),
                 ", which no tensor has (negative sizes, strides or offset, or sizes and strides of different ranks)");
+    TORCH_CHECK(fits_in_memory(m), "mydev compiler: value %", v, " has the geometry ", m.str(),
+                ", whose elements or bytes of storage do not fit in 64 bits");
   }
 }
 
@@ -400,6 +519,62 @@ Program::NodeFacts Program::resolve_nodes() {
     }
   }
   return f;
+}
+
+// Each node's results must be what its operator makes of the geometry of its
+// arguments: the dtype and sizes of every result and, for a result that aliases
+// an argument (a view, an in-place op's self), also its strides and offset,
+// which say where it reads; a result the program writes must not overlap
+// itself. Kernels trust the text's geometry, so a text that disagrees with its
+// ops (damaged, or from a faulty frontend) would read or write out of bounds.
+// The operator runs on meta tensors; one whose meta kernel fails (none, or
+// data-dependent sizes) is checked when it runs instead (execute()). A second
+// or later result the text gives no elements may have them: the CPU's
+// native_batch_norm leaves its saved statistics empty outside training, where
+// its meta kernel sizes them, so a TorchScript program (CPU geometry) says [0].
+void Program::check_results(const NodeFacts& f) const {
+  const Graph& g = graph_;
+  // Frontends compile under Python dispatch modes (aot_autograd's FakeTensorMode).
+  c10::impl::ExcludeDispatchKeyGuard no_python(
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const c10::FunctionSchema& s = f.ops[i]->schema();
+    std::vector<c10::IValue> stack;
+    for (size_t k = 0; k < n.args.size(); ++k) {
+      const c10::Argument& formal = s.arguments()[k];
+      stack.push_back(meta_argument(g, n.args[k], formal.type()));
+      TORCH_CHECK(fits(stack.back(), formal.type()), "mydev compiler: ", n.op, " (line ", n.line, "): argument ",
+                  k + 1, " ('", formal.name(), "') is ", str(n.args[k]), ", which is not a ", formal.type()->str());
+    }
+    std::vector<at::Tensor> results;
+    try {
+      f.ops[i]->callBoxed(stack);
+      results = tensors_of(stack);
+    } catch (const c10::Error& e) {
+      // Views and fused ops never run their kernel, so their meta kernel's word is the only check.
+      TORCH_CHECK(!f.view[i] && !is_fusible_pointwise(g, n) && !fusible_reduction(g, n), "mydev compiler: ", n.op,
+                  " (line ", n.line, ") refuses the arguments the program gives it: ", e.what_without_backtrace());
+      continue;
+    } catch (const std::exception&) {
+      continue;
+    }
+    for (size_t r = 0; r < n.outputs.size() && r < results.size(); ++r) {
+      const int v = n.outputs[r];
+      if (v < 0) continue;
+      const TensorMeta& want = g.values[v].meta;
+      const at::Tensor& got = results[r];
+      const bool aliases = f.view[i] || (r < s.returns().size() && aliased_argument(s, r) >= 0);
+      const bool same = got.scalar_type() == want.dtype &&
+                        (got.sizes().vec() == want.sizes || (want.numel() == 0 && !aliases && r > 0)) &&
+                        (!aliases || (got.strides().vec() == want.strides && got.storage_offset() == want.offset));
+      TORCH_CHECK(same, "mydev compiler: ", n.op, " (line ", n.line, ") gives %", v, " ",
+                  TensorMeta{got.scalar_type(), got.sizes().vec(), got.strides().vec(), got.storage_offset()}.str(),
+                  " for the arguments the program gives it, but the program says ", want.str());
+      TORCH_CHECK(aliases || non_overlapping(want), "mydev compiler: ", n.op, " (line ", n.line, ") writes %", v,
+                  " ", want.str(), ", whose elements overlap in memory");
+    }
+  }
 }
 
 // The steps: fusion groups and calls, in an order that respects every
@@ -875,21 +1050,25 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
         } else {
           if (st.use_out) stack = arguments();  // a refused out= call took its arguments
           (st.use_out ? st.functional : st.op)->callBoxed(stack);
-          std::vector<at::Tensor> results;
-          for (const c10::IValue& r : stack) {
-            if (r.isTensor()) {
-              results.push_back(r.toTensor());
-            } else if (r.isTensorList()) {
-              for (const at::Tensor& t : r.toTensorList()) results.push_back(t);
-            }
-          }
+          std::vector<at::Tensor> results = tensors_of(stack);
           TORCH_CHECK(results.size() >= st.outputs.size(), "returned ", results.size(), " tensors, the program expects ",
                       st.outputs.size());
           for (size_t k = 0; k < st.outputs.size(); ++k) {
             const int v = st.outputs[k];
             if (v < 0) continue;
+            // What check_results could not check at build (ops without a meta kernel). Where the CPU
+            // kernel leaves a result empty that the graph (its meta kernel) sized, readers get a tensor
+            // of the graph's geometry (native_batch_norm's saved statistics outside training).
+            const TensorMeta& want = graph_.values[v].meta;
+            const bool empty = k > 0 && (results[k].numel() == 0 || want.numel() == 0);
+            TORCH_CHECK(results[k].scalar_type() == want.dtype && (results[k].sizes().vec() == want.sizes || empty),
+                        "gave a ", results[k].scalar_type(), results[k].sizes(), " result where the program says ",
+                        want.str());
+            if (results[k].numel() == 0 && want.numel() != 0) {
+              results[k] = at::empty_strided(want.sizes, want.strides, results[k].options());
+            }
             if (where_[v].kind == Location::Output && where_[v].root == v) {
-              values[v].copy_(results[k]);
+              if (want.numel() != 0) values[v].copy_(results[k]);
             } else {
               values[v] = results[k];
             }

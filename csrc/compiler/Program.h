@@ -118,13 +118,15 @@ class Program : public std::enable_shared_from_this<Program> {
  private:
   explicit Program(Graph graph) : graph_(std::move(graph)) {}
   // build() runs its phases in order: check_geometry, resolve_nodes,
-  // order_steps (StepOrder: fusion groups and calls), place_values.
+  // check_results, order_steps (StepOrder: fusion groups and calls),
+  // place_values.
   struct NodeFacts;
   class StepOrder;
   friend class StepOrder;
   void build();
   void check_geometry();
   NodeFacts resolve_nodes();
+  void check_results(const NodeFacts& facts) const;
   void check_reach(const Node& n, int out, int base);
   void order_steps(const NodeFacts& facts);
   void place_values();

@@ -23,16 +23,17 @@ def check(name, allowed=FRONTENDS):
     return name
 
 
-def _tree_map(fn, x):
+def _tree_map(fn, x, leaf=None):
+    """x with fn applied to each of its `leaf`s (tensors by default), through lists, tuples and dicts."""
     import torch
 
-    if isinstance(x, torch.Tensor):
+    if isinstance(x, leaf or torch.Tensor):
         return fn(x)
     if isinstance(x, (list, tuple)):
-        mapped = [_tree_map(fn, e) for e in x]
+        mapped = [_tree_map(fn, e, leaf) for e in x]
         return type(x)(mapped) if not hasattr(x, "_fields") else type(x)(*mapped)
     if isinstance(x, dict):
-        return {k: _tree_map(fn, v) for k, v in x.items()}
+        return {k: _tree_map(fn, v, leaf) for k, v in x.items()}
     return x
 
 

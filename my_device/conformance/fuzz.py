@@ -1,0 +1,356 @@
+"""python -m my_device.conformance.fuzz: random programs through every frontend, and mutated program texts.
+
+Programs (random_programs.py) chain OpInfo samples; each runs on the CPU, which gives the answer, and on mydev
+through each frontend, forward and, where every op trains, backward:
+
+    eager     the calls on mydev tensors
+    compile   torch.compile(backend="mydev")
+    inductor  torch.compile with Inductor (slow: code is generated and built per program)
+    lazy      lazy tensors on mydev, one mark_step
+    jit       torch.jit.trace, lowered with my_device.jit.to_mydev (forward only)
+
+Then each program text the compile frontend built is mutated (program_text.py: a number, a dtype, a value, an
+operator, an argument, a line) and compiled again: a mutant must be refused with a clear error, or run and agree
+with the same text run op by op on the CPU. Workers run under MYDEV_STRICT=1, with a small device, each in its
+own process: a crash is recorded against the program and frontend (or mutant) it happened in, and the run goes on.
+
+    python -m my_device.conformance.fuzz --programs 200 --out /tmp/fuzz
+    python -m my_device.conformance.fuzz --seed 17 --programs 1 --frontends lazy   # one program again
+"""
+import argparse
+import json
+import os
+import pathlib
+import random
+import subprocess
+import sys
+import time
+
+FRONTENDS = ("eager", "compile", "inductor", "lazy", "jit")
+TRAINING_FRONTENDS = ("eager", "compile", "inductor", "lazy")
+# Compilers may reorder floating-point work: a gradient summed over 256 terms of order 1 differed by 3.5e-5.
+TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}
+# Outcomes that are findings, not passes.
+FAILURES = ("wrong", "error", "crash", "unclear", "unchecked")
+# Elements of storage beyond which a mutant's inputs are not made (it is counted as built, not run).
+_LARGEST_INPUT = 1 << 24
+
+
+def _through(frontend):
+    import torch
+
+    def compiled(program, backend):
+        torch._dynamo.reset()
+
+        def f(*xs):
+            return program(*xs)
+
+        return torch.compile(f, backend=backend, dynamic=False)
+
+    if frontend == "eager":
+        return lambda program: program
+    if frontend in ("compile", "inductor"):
+        return lambda program: compiled(program, "mydev" if frontend == "compile" else "inductor")
+    if frontend == "lazy":
+        import torch._lazy
+
+        import my_device.lazy as ml
+
+        ml.init()
+
+        def lazy(program):
+            def f(*xs):
+                outs = program(*(x.to("lazy") for x in xs))
+                torch._lazy.mark_step()
+                return tuple(o.to("mydev") for o in outs)
+
+            return f
+
+        return lazy
+
+    def jit(program):
+        import my_device.jit as mj
+
+        class Module(torch.nn.Module):
+            def forward(self, *xs):
+                return program(*xs)
+
+        def f(*xs):
+            traced = torch.jit.trace(Module(), xs, check_trace=False)
+            try:
+                lowered = mj.to_mydev(traced, xs)
+            except RuntimeError as e:
+                raise _Rejected(str(e).splitlines()[0]) from None
+            return lowered(*xs)
+
+        return f
+
+    return jit
+
+
+class _Rejected(Exception):
+    """A frontend refused the program with a clear error when building it."""
+
+
+def _compare(got, want):
+    import torch
+
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True, check_stride=False, **TOLERANCE)
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} results, the CPU gives {len(want)}")
+
+
+def _run_program(program, frontend):
+    from . import random_programs as rp
+
+    trains = frontend in TRAINING_FRONTENDS
+    try:
+        want_out, want_grads, weights = rp.run(program, "cpu", lambda p: p, trains)
+    except RuntimeError:  # an op without a derivative: the program is compared forward only
+        trains = False
+        want_out, want_grads, weights = rp.run(program, "cpu", lambda p: p, trains)
+    try:
+        out, grads, _ = rp.run(program, "mydev", _through(frontend), trains, weights)
+        _compare(out, want_out)
+        _compare([g for g in grads if g is not None], [g for g in want_grads if g is not None])
+    except _Rejected as e:
+        return "rejected", str(e)
+    except AssertionError as e:
+        return "wrong", str(e)[:600]
+    except Exception as e:  # noqa: BLE001  (any other exception is the finding)
+        return "error", f"{type(e).__name__}: {str(e)[:600]}"
+    return "pass", ""
+
+
+def _clear(e):
+    """A refusal a user can act on: one of the errors an op raises, naming no C++ internals."""
+    return isinstance(e, (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError)) and \
+        "INTERNAL ASSERT" not in str(e) and str(e).strip() != ""
+
+
+def _run_mutant(text, seed):
+    import torch
+
+    import my_device.compiler as mc
+
+    from . import program_text as pt
+
+    try:
+        program = mc.compile(text)
+    except Exception as e:  # noqa: BLE001
+        return ("refused", "") if _clear(e) else ("unclear", f"compile: {type(e).__name__}: {str(e)[:300]}")
+    try:
+        geometries = pt.input_geometries(text)
+    except ValueError as e:  # built, yet the text's inputs cannot be read back: the parser took something odd
+        return "unchecked", f"built a program whose input lines do not parse: {e}"
+    if any(g.storage_elements() > _LARGEST_INPUT for g in geometries):
+        return "built", "inputs too large to make"
+    gen = torch.Generator().manual_seed(seed)
+    cpu = [g.tensor("cpu", gen) for g in geometries]
+    dev = [t.to("mydev") if t.is_contiguous() and t.storage_offset() == 0 else _same_storage(t) for t in cpu]
+    try:
+        got = [t.cpu() for t in program.run(dev)]
+        torch.mydev.synchronize()
+    except Exception as e:  # noqa: BLE001
+        return ("refused-at-run", "") if _clear(e) else ("unclear", f"run: {type(e).__name__}: {str(e)[:300]}")
+    try:
+        want = pt.run_reference(text, cpu)
+    except Exception as e:  # noqa: BLE001
+        return "unchecked", f"built and ran; op by op on the CPU: {type(e).__name__}: {str(e)[:300]}"
+    try:
+        pt.compare(got, want, **TOLERANCE)
+    except AssertionError as e:
+        return "wrong", str(e)[:600]
+    return "ran", ""
+
+
+def _same_storage(t):
+    """t's storage copied whole to mydev, and the same view of it."""
+    import torch
+
+    base = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, (t.untyped_storage().nbytes() // t.element_size(),))
+    return base.to("mydev").as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _recording_compile():
+    """Records every program text the compiler builds (the compile frontend's lowered programs)."""
+    from my_device import _C
+
+    texts = []
+    original = _C._compiler.compile
+
+    def compile(text):
+        texts.append(text)
+        return original(text)
+
+    _C._compiler.compile = compile
+    return texts, lambda: setattr(_C._compiler, "compile", original)
+
+
+def _worker(args):
+    """Runs programs args.first.. and writes one JSON line per result, a 'start' line before each."""
+    import torch
+
+    import my_device  # noqa: F401
+
+    from . import program_text as pt
+    from . import random_programs as rp
+
+    ops = rp.pool(args.ops.split(",") if args.ops else None)
+    frontends = args.frontends.split(",")
+    done = {tuple(k) for k in json.loads(args.skip)} if args.skip else set()
+    with open(args.results, "a") as log:
+        def write(record):
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+
+        for seed in range(args.first, args.seed + args.programs):
+            program = rp.make(seed, ops, args.length)
+            if not program.steps:
+                continue
+            for frontend in frontends:
+                key = [seed, frontend]
+                if tuple(key) in done:
+                    continue
+                write({"start": key, "program": program.describe()})
+                texts, restore = _recording_compile() if frontend == "compile" else ([], lambda: None)
+                try:
+                    outcome, detail = _run_program(program, frontend)
+                finally:
+                    restore()
+                write({"key": key, "outcome": outcome, "detail": detail})
+                rng = random.Random(seed)
+                for t, text in enumerate(texts):
+                    for m in range(args.mutations):
+                        mkey = [seed, f"mutant {t}.{m}"]
+                        if tuple(mkey) in done:
+                            continue
+                        mutant = pt.mutate(text, rng)
+                        write({"start": mkey, "program": mutant})
+                        outcome, detail = _run_mutant(mutant, seed * 1000 + m)
+                        write({"key": mkey, "outcome": outcome, "detail": detail})
+            torch._dynamo.reset()
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python -m my_device.conformance.fuzz", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--seed", type=int, default=0, help="the first program's seed (default: %(default)s)")
+    p.add_argument("--programs", type=int, default=50, help="programs to make (default: %(default)s)")
+    p.add_argument("--length", type=int, default=4, help="steps per program (default: %(default)s)")
+    p.add_argument("--frontends", default="eager,compile,lazy,jit",
+                   help=f"comma-separated, of {', '.join(FRONTENDS)} (default: %(default)s)")
+    p.add_argument("--ops", help="comma-separated OpInfo names (default: every OpInfo with a float32 CPU kernel)")
+    p.add_argument("--mutations", type=int, default=20, help="mutants of each program text compile built")
+    p.add_argument("--out", default="fuzz-report", help="directory for report.json and report.md")
+    p.add_argument("--timeout", type=float, default=900, help="seconds a worker may go without a result")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--first", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--results", help=argparse.SUPPRESS)
+    p.add_argument("--skip", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for f in args.frontends.split(","):
+        if f not in FRONTENDS:
+            p.error(f"frontend {f!r} is not one of {', '.join(FRONTENDS)}")
+    return args
+
+
+def _worker_command(args, first, results, skip):
+    cmd = [sys.executable, "-m", "my_device.conformance.fuzz", "--worker", "--seed", str(args.seed),
+           "--programs", str(args.programs), "--first", str(first), "--length", str(args.length),
+           "--frontends", args.frontends, "--mutations", str(args.mutations), "--results", results,
+           "--skip", json.dumps(sorted(skip))]
+    if args.ops:
+        cmd += ["--ops", args.ops]
+    return cmd
+
+
+def _read(results):
+    records = []
+    if os.path.exists(results):
+        with open(results) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    return records
+
+
+def run(args):
+    """Runs workers until every program is done, a crashed one's program and frontend recorded as 'crash'."""
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = str(out / "results.jsonl")
+    if os.path.exists(results):
+        os.unlink(results)
+    env = dict(os.environ, MYDEV_STRICT="1", MYDEV_MEMORY_LIMIT=os.environ.get("MYDEV_MEMORY_LIMIT", "2G"),
+               MYDEV_FALLBACK="silent")
+    started = time.monotonic()
+    crashed = set()
+    while True:
+        records = _read(results)
+        finished = {tuple(r["key"]) for r in records if "key" in r}
+        starts = [r for r in records if "start" in r]
+        first = max([r["start"][0] for r in starts], default=args.seed)
+        proc = subprocess.Popen(_worker_command(args, first, results, finished | crashed), env=env)
+        try:
+            rc = proc.wait(timeout=args.timeout * max(1, args.programs))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = "hung"
+        if rc == 0:
+            break
+        records = _read(results)
+        finished = {tuple(r["key"]) for r in records if "key" in r}
+        last = next((r for r in reversed(records) if "start" in r), None)
+        if last is None or tuple(last["start"]) in finished:
+            raise SystemExit(f"a fuzz worker failed before running anything (exit {rc})")
+        key = tuple(last["start"])
+        crashed.add(key)
+        with open(results, "a") as f:
+            f.write(json.dumps({"key": list(key), "outcome": "crash", "detail": f"worker exit {rc}"}) + "\n")
+    return _report(args, _read(results), time.monotonic() - started)
+
+
+def _report(args, records, seconds):
+    programs = {tuple(r["start"]): r["program"] for r in records if "start" in r}
+    outcomes = {}
+    findings = []
+    for r in records:
+        if "key" not in r:
+            continue
+        seed, where = r["key"]
+        kind = "mutants" if where.startswith("mutant") else where
+        outcomes.setdefault(kind, {}).setdefault(r["outcome"], 0)
+        outcomes[kind][r["outcome"]] += 1
+        if r["outcome"] in FAILURES:
+            findings.append({"seed": seed, "where": where, "outcome": r["outcome"], "detail": r["detail"],
+                             "program": programs.get((seed, where), "")})
+    summary = {"command": "python -m my_device.conformance.fuzz " + " ".join(sys.argv[1:]),
+               "seconds": round(seconds), "outcomes": outcomes, "findings": findings}
+    out = pathlib.Path(args.out)
+    (out / "report.json").write_text(json.dumps(summary, indent=1) + "\n")
+    cols = ("pass", "rejected", "refused", "refused-at-run", "built", "ran", *FAILURES)
+    lines = ["# Fuzz report", "", f"`{summary['command']}`: {round(seconds / 60, 1)} minutes", "",
+             "| frontend | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    for kind, counts in outcomes.items():
+        lines.append(f"| {kind} | " + " | ".join(str(counts.get(c, 0)) for c in cols) + " |")
+    for f in findings:
+        lines += ["", f"## seed {f['seed']}, {f['where']}: {f['outcome']}", "", "```", f["program"], "```", "",
+                  f["detail"]]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    return summary
+
+
+def main(argv=None):
+    args = _parse(argv)
+    if args.worker:
+        _worker(args)
+        return 0
+    summary = run(args)
+    for kind, counts in summary["outcomes"].items():
+        print(f"{kind:10s} " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    print(f"{len(summary['findings'])} findings; report in {args.out}/report.md")
+    return 1 if summary["findings"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
