@@ -745,3 +745,68 @@ def test_in_place_writes_through_views_land_where_the_cpu_puts_them(fn):
     torch._dynamo.reset()
     got = torch.compile(fn, backend="mydev", dynamic=False)(a.clone().to("mydev"))
     torch.testing.assert_close(got.cpu(), want)
+
+
+# Program texts that disagree with their own ops (found by python -m my_device.conformance.fuzz): each is
+# refused when built, naming the line, since kernels trust the text's geometry.
+_HEAD = "program bad\ninput %0 : Float[4,3]{3,1}+0\n"
+
+
+@pytest.mark.parametrize("body, message", [
+    ("%1 = aten::neg(%0) : Float[4,4]{4,1}+0\noutput %1\n",
+     r"aten::neg \(line 3\) gives %1 Float\[4,3\]\{3,1\}\+0 .* but the program says Float\[4,4\]"),
+    ("%1 = aten::neg(%0) : Double[4,3]{3,1}+0\noutput %1\n", r"aten::neg \(line 3\) gives %1 Float\[4,3\]"),
+    ("%1 = aten::neg(%0) : Float[0,3]{3,1}+0\noutput %1\n", r"gives %1 Float\[4,3\]"),
+    ("%1 = aten::permute(%0, [i1, i0]) : Float[3,4]{1,3}+1\noutput %1\n",
+     r"aten::permute \(line 3\) gives %1 Float\[3,4\]\{1,3\}\+0"),
+    ("%1 = aten::permute(%0, [i0, i0]) : Float[4,4]{3,3}+0\noutput %1\n",
+     r"aten::permute \(line 3\) refuses the arguments .*duplicate dims"),
+    ("%1 = aten::neg(%0) : Float[4,3]{0,1}+0\noutput %1\n", r"writes %1 Float\[4,3\]\{0,1\}\+0, whose elements overlap"),
+    ("%1 = aten::permute(%0, f0.5) : Float[3,4]{1,3}+0\noutput %1\n",
+     r"argument 2 \('dims'\) is f0.5, which is not a int\[\]"),
+    ("%1 = aten::gelu(%0, f0.01) : Float[4,3]{3,1}+0\noutput %1\n", r"argument 2 \('approximate'\)"),
+    ("%1 = aten::neg(%0) : Float[4,3]{3,1}+0\noutput %2147483648\n", "value id out of range"),
+    ("%1 = aten::neg(%0) : Float[4611686018427387904,3]{3,1}+0\noutput %1\n", "do not fit in 64 bits"),
+])
+def test_a_program_that_disagrees_with_its_ops_is_refused_when_built(body, message):
+    keep = torch.arange(3.0, device=DEV)
+    with pytest.raises(RuntimeError, match=message):
+        mc.compile(_HEAD + body)
+    assert keep.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_where_with_a_condition_that_is_not_bool_is_refused_like_the_cpu():
+    # A fused where would take any nonzero condition; the CPU kernel refuses, and so does the program.
+    program = mc.compile("program w\ninput %0 : Float[3]{1}+0\ninput %1 : Float[3]{1}+0\n"
+                         "%2 = aten::where.self(%0, %1, %0) : Float[3]{1}+0\noutput %2\n")
+    x = torch.tensor([1.0, 0.0, 2.0], device=DEV)
+    with pytest.raises(RuntimeError, match="where expected condition to be a boolean tensor"):
+        program.run([x, x])
+        torch.mydev.synchronize()
+    torch.testing.assert_close((x * 2).cpu(), torch.tensor([2.0, 0.0, 4.0]))
+
+
+@pytest.mark.parametrize("body, reference", [
+    # contiguous and reshape copy a tensor they cannot view: the copy is not a view of the input's bytes.
+    ("%1 = aten::t(%0) : Float[3,4]{1,3}+0\n%2 = aten::contiguous(%1, i0) : Float[3,4]{4,1}+0\n"
+     "%3 = aten::mul.Scalar(%2, f2.0) : Float[3,4]{4,1}+0\noutput %3\n", lambda x: x.t().contiguous() * 2),
+    ("%1 = aten::t(%0) : Float[3,4]{1,3}+0\n%2 = aten::reshape(%1, [i12]) : Float[12]{1}+0\noutput %2\n",
+     lambda x: x.t().reshape(12)),
+    # to() another dtype is a copy, never the input's bytes read as that dtype.
+    ("%1 = aten::to.dtype(%0, t\"Double\", b0, b0, n) : Double[4,3]{3,1}+0\noutput %1\n", lambda x: x.double()),
+])
+def test_ops_that_view_only_when_they_can_are_copies_when_they_cannot(body, reference):
+    x = torch.randn(4, 3)
+    (out,) = mc.compile(_HEAD + body).run([x.to(DEV)])
+    torch.testing.assert_close(out.cpu(), reference(x), rtol=0, atol=0)
+
+
+def test_a_conjugate_view_keeps_its_conjugation():
+    # hfft2 conjugates with aten::_conj (a view that sets the conj bit) before a clone: the program's
+    # geometry cannot say "conjugated", so _conj runs as a call (it was a view that lost the bit).
+    def f(t):
+        return torch.fft.hfft2(t, s=[3, 10], dim=[1, 2], norm="ortho")
+
+    x = torch.randn(5, 6, 7)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, backend="mydev")(x.to(DEV)).cpu(), f(x), rtol=1e-5, atol=1e-5)

@@ -3,12 +3,12 @@
 #include <ATen/core/TensorBody.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <atomic>
 #include <mutex>
 #include <sstream>
@@ -138,6 +138,19 @@ int aliased_argument(const c10::FunctionSchema& s, size_t ret) {
     if (a && a->beforeSets() == r->beforeSets()) return static_cast<int>(i);
   }
   return -1;
+}
+
+// The argument result `r` of node `n` lives in, or -1. aten::to and type_as
+// are marked as aliasing self, but only return self when they convert nothing:
+// a result of another dtype is a copy (an int64 result read as float32 over
+// its argument's bytes would be garbage, and reach past a smaller one).
+int aliased_value_argument(const Graph& g, const Node& n, const c10::FunctionSchema& s, size_t r) {
+  if (r >= s.returns().size() || r >= n.outputs.size() || n.outputs[r] < 0) return -1;
+  const int a = aliased_argument(s, r);
+  if (a < 0 || n.args[a].value < 0) return -1;
+  const bool converts = s.name() == "aten::to" || s.name() == "aten::type_as";
+  if (converts && g.values[n.args[a].value].meta.dtype != g.values[n.outputs[r]].meta.dtype) return -1;
+  return a;
 }
 
 // A constant argument as the boxed kernel expects it for `type`. Devices
@@ -321,6 +334,52 @@ std::vector<at::Tensor> tensors_of(const std::vector<c10::IValue>& stack) {
   return results;
 }
 
+}  // namespace
+
+// Frontends compile under Python dispatch modes (aot_autograd's FakeTensorMode):
+// the meta kernels run below them.
+MetaRun run_on_meta(const Graph& g, const Node& n, const c10::OperatorHandle& op) {
+  c10::impl::ExcludeDispatchKeyGuard no_python(
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+  const c10::FunctionSchema& s = op.schema();
+  MetaRun run;
+  for (size_t k = 0; k < n.args.size(); ++k) {
+    const c10::Argument& formal = s.arguments()[k];
+    run.args.push_back(meta_argument(g, n.args[k], formal.type()));
+    TORCH_CHECK(fits(run.args.back(), formal.type()), "mydev compiler: ", n.op, " (line ", n.line, "): argument ",
+                k + 1, " ('", formal.name(), "') is ", str(n.args[k]), ", which is not a ", formal.type()->str());
+  }
+  std::vector<c10::IValue> stack = run.args;
+  try {
+    op.callBoxed(stack);
+    run.results = tensors_of(stack);
+    run.ran = true;
+  } catch (const c10::NotImplementedError&) {
+    // no meta kernel
+  } catch (const c10::Error& e) {
+    run.refusal = e.what_without_backtrace();
+  } catch (const std::exception&) {
+  }
+  return run;
+}
+
+bool MetaRun::aliases(size_t result, size_t argument) const {
+  if (!ran) return true;  // the schema's word
+  return result < results.size() && argument < args.size() && args[argument].isTensor() &&
+         results[result].is_alias_of(args[argument].toTensor());
+}
+
+bool MetaRun::plain_alias(size_t result, size_t argument) const {
+  if (!aliases(result, argument)) return false;
+  if (!ran) return true;
+  // _conj and _neg_view alias their argument but change how it reads: a geometry cannot say that.
+  const at::Tensor& out = results[result];
+  const at::Tensor& in = args[argument].toTensor();
+  return out.is_conj() == in.is_conj() && out.is_neg() == in.is_neg();
+}
+
+namespace {
+
 // The storage offset, in elements of `view`'s dtype, of a view whose graph
 // geometry is `view`, of `base`, which has `root`'s geometry moved to
 // base.storage_offset(). A view may change the dtype (view_as_real of a
@@ -329,6 +388,22 @@ int64_t view_offset(const at::Tensor& base, const TensorMeta& view, const Tensor
   const int64_t shift_bytes =
       (base.storage_offset() - root.offset) * static_cast<int64_t>(c10::elementSize(root.dtype));
   return view.offset + shift_bytes / static_cast<int64_t>(c10::elementSize(view.dtype));
+}
+
+bool has_geometry(const at::Tensor& t, const TensorMeta& m) {
+  if (t.sizes().vec() != m.sizes || t.storage_offset() != m.offset) return false;
+  for (size_t d = 0; d < m.sizes.size(); ++d) {
+    if (m.sizes[d] > 1 && t.stride(static_cast<int64_t>(d)) != m.strides[d]) return false;
+  }
+  return true;
+}
+
+// A copy of `t` laid out with `m`'s geometry (a CPU allocation: device memory, on the worker).
+at::Tensor with_geometry(const at::Tensor& t, const TensorMeta& m) {
+  const int64_t elements = static_cast<int64_t>(m.storage_bytes() / c10::elementSize(m.dtype));
+  at::Tensor out = at::empty({elements}, t.options()).as_strided(m.sizes, m.strides, m.offset);
+  out.copy_(t);
+  return out;
 }
 
 // A CPU tensor over `base`'s storage with `meta`'s geometry.
@@ -443,7 +518,7 @@ void Program::build() {
   for (size_t i = 0; i < g.inputs.size(); ++i) where_[g.inputs[i]] = {Location::Input, g.inputs[i], static_cast<int>(i)};
   check_geometry();
   const NodeFacts facts = resolve_nodes();
-  check_results(facts);
+  note_reads();
   order_steps(facts);
   stats_.steps = static_cast<int64_t>(steps_.size());
   step_ns_ = std::vector<std::atomic<int64_t>>(steps_.size());
@@ -500,23 +575,33 @@ Program::NodeFacts Program::resolve_nodes() {
     for (int out : n.outputs) {
       if (out >= 0) where_[out] = {Location::Held, out, -1};
     }
+    const MetaRun meta = run_on_meta(g, n, *f.ops[i]);
+    // Views and fused ops never run their kernel, so their meta kernel's word is the only check.
+    TORCH_CHECK(meta.ran || meta.refusal.empty() || (!is_view(s) && !is_fusible_pointwise(g, n) && !fusible_reduction(g, n)),
+                "mydev compiler: ", n.op, " (line ", n.line, ") refuses the arguments the program gives it: ",
+                meta.refusal);
     const int first = n.args.empty() ? -1 : n.args[0].value;
-    if (is_view(s) && first >= 0 && n.outputs[0] >= 0 && g.values[first].meta.dtype == g.values[n.outputs[0]].meta.dtype) {
+    if (is_view(s) && first >= 0 && n.outputs[0] >= 0 && g.values[first].meta.dtype == g.values[n.outputs[0]].meta.dtype &&
+        meta.plain_alias(0, 0)) {
       f.view[i] = true;
       where_[n.outputs[0]].root = where_[first].root;
       check_reach(n, n.outputs[0], where_[first].root);
       stats_.views += 1;
+      check_results(n, meta, {0});
       continue;
     }
     f.barrier[i] = mutates(s);
     // Returns that alias an argument (split, an in-place op's self) live in that argument's storage.
+    std::vector<int> aliased(n.outputs.size(), -1);
     for (size_t r = 0; r < n.outputs.size() && r < s.returns().size(); ++r) {
-      const int a = aliased_argument(s, r);
-      if (a >= 0 && n.args[a].value >= 0 && n.outputs[r] >= 0) {
+      const int a = aliased_value_argument(g, n, s, r);
+      if (a >= 0 && meta.aliases(r, static_cast<size_t>(a))) {
+        aliased[r] = a;
         where_[n.outputs[r]].root = where_[n.args[a].value].root;
         check_reach(n, n.outputs[r], where_[n.outputs[r]].root);
       }
     }
+    check_results(n, meta, aliased);
   }
   return f;
 }
@@ -532,49 +617,36 @@ Program::NodeFacts Program::resolve_nodes() {
 // or later result the text gives no elements may have them: the CPU's
 // native_batch_norm leaves its saved statistics empty outside training, where
 // its meta kernel sizes them, so a TorchScript program (CPU geometry) says [0].
-void Program::check_results(const NodeFacts& f) const {
+void Program::check_results(const Node& n, const MetaRun& meta, const std::vector<int>& aliased) const {
   const Graph& g = graph_;
-  // Frontends compile under Python dispatch modes (aot_autograd's FakeTensorMode).
-  c10::impl::ExcludeDispatchKeyGuard no_python(
-      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    const c10::FunctionSchema& s = f.ops[i]->schema();
-    std::vector<c10::IValue> stack;
-    for (size_t k = 0; k < n.args.size(); ++k) {
-      const c10::Argument& formal = s.arguments()[k];
-      stack.push_back(meta_argument(g, n.args[k], formal.type()));
-      TORCH_CHECK(fits(stack.back(), formal.type()), "mydev compiler: ", n.op, " (line ", n.line, "): argument ",
-                  k + 1, " ('", formal.name(), "') is ", str(n.args[k]), ", which is not a ", formal.type()->str());
-    }
-    std::vector<at::Tensor> results;
-    try {
-      f.ops[i]->callBoxed(stack);
-      results = tensors_of(stack);
-    } catch (const c10::Error& e) {
-      // Views and fused ops never run their kernel, so their meta kernel's word is the only check.
-      TORCH_CHECK(!f.view[i] && !is_fusible_pointwise(g, n) && !fusible_reduction(g, n), "mydev compiler: ", n.op,
-                  " (line ", n.line, ") refuses the arguments the program gives it: ", e.what_without_backtrace());
-      continue;
-    } catch (const std::exception&) {
-      continue;
-    }
-    for (size_t r = 0; r < n.outputs.size() && r < results.size(); ++r) {
-      const int v = n.outputs[r];
-      if (v < 0) continue;
-      const TensorMeta& want = g.values[v].meta;
-      const at::Tensor& got = results[r];
-      const bool aliases = f.view[i] || (r < s.returns().size() && aliased_argument(s, r) >= 0);
-      const bool same = got.scalar_type() == want.dtype &&
-                        (got.sizes().vec() == want.sizes || (want.numel() == 0 && !aliases && r > 0)) &&
-                        (!aliases || (got.strides().vec() == want.strides && got.storage_offset() == want.offset));
-      TORCH_CHECK(same, "mydev compiler: ", n.op, " (line ", n.line, ") gives %", v, " ",
-                  TensorMeta{got.scalar_type(), got.sizes().vec(), got.strides().vec(), got.storage_offset()}.str(),
-                  " for the arguments the program gives it, but the program says ", want.str());
-      TORCH_CHECK(aliases || non_overlapping(want), "mydev compiler: ", n.op, " (line ", n.line, ") writes %", v,
-                  " ", want.str(), ", whose elements overlap in memory");
-    }
+  for (size_t r = 0; meta.ran && r < n.outputs.size() && r < meta.results.size(); ++r) {
+    const int v = n.outputs[r];
+    if (v < 0) continue;
+    const TensorMeta& want = g.values[v].meta;
+    const at::Tensor& got = meta.results[r];
+    const bool aliases = r < aliased.size() && aliased[r] >= 0;
+    const bool same = got.scalar_type() == want.dtype &&
+                      (got.sizes().vec() == want.sizes || (want.numel() == 0 && !aliases && r > 0)) &&
+                      (!aliases || (got.strides().vec() == want.strides && got.storage_offset() == want.offset));
+    TORCH_CHECK(same, "mydev compiler: ", n.op, " (line ", n.line, ") gives %", v, " ",
+                TensorMeta{got.scalar_type(), got.sizes().vec(), got.strides().vec(), got.storage_offset()}.str(),
+                " for the arguments the program gives it, but the program says ", want.str());
+    TORCH_CHECK(aliases || non_overlapping(want), "mydev compiler: ", n.op, " (line ", n.line, ") writes %", v, " ",
+                want.str(), ", whose elements overlap in memory");
   }
+}
+
+void Program::note_reads() {
+  const Graph& g = graph_;
+  read_.assign(g.values.size(), false);
+  std::function<void(const Arg&)> note = [&](const Arg& a) {
+    if (a.value >= 0) read_[root(a.value)] = true;
+    for (const Arg& e : a.items) note(e);
+  };
+  for (const Node& n : g.nodes) {
+    for (const Arg& a : n.args) note(a);
+  }
+  for (int v : g.outputs) read_[root(v)] = true;
 }
 
 // The steps: fusion groups and calls, in an order that respects every
@@ -1056,19 +1128,24 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
           for (size_t k = 0; k < st.outputs.size(); ++k) {
             const int v = st.outputs[k];
             if (v < 0) continue;
-            // What check_results could not check at build (ops without a meta kernel). Where the CPU
-            // kernel leaves a result empty that the graph (its meta kernel) sized, readers get a tensor
-            // of the graph's geometry (native_batch_norm's saved statistics outside training).
+            // What check_results could not check at build (ops without a meta kernel). A later result
+            // the CPU kernel leaves empty where the graph (its meta kernel) sized it is fine while nothing
+            // reads it (native_batch_norm's saved statistics outside training); one that is read
+            // (_embedding_bag's offset2bag, for its backward) has no values to give.
             const TensorMeta& want = graph_.values[v].meta;
             const bool empty = k > 0 && (results[k].numel() == 0 || want.numel() == 0);
             TORCH_CHECK(results[k].scalar_type() == want.dtype && (results[k].sizes().vec() == want.sizes || empty),
                         "gave a ", results[k].scalar_type(), results[k].sizes(), " result where the program says ",
                         want.str());
-            if (results[k].numel() == 0 && want.numel() != 0) {
-              results[k] = at::empty_strided(want.sizes, want.strides, results[k].options());
-            }
+            TORCH_CHECK(results[k].numel() != 0 || want.numel() == 0 || !read_[v],
+                        "left its result ", k, " empty (its CPU kernel's fast path does not compute it), where the "
+                        "program reads ", want.str());
             if (where_[v].kind == Location::Output && where_[v].root == v) {
               if (want.numel() != 0) values[v].copy_(results[k]);
+            } else if (where_[v].root == v && results[k].sizes().vec() == want.sizes && !has_geometry(results[k], want)) {
+              // Views of the value read it with the program's geometry, which the CPU kernel need not
+              // have given its result (its scaled_dot_product_attention lays its output out [B, T, H, D]).
+              values[v] = with_geometry(results[k], want);
             } else {
               values[v] = results[k];
             }

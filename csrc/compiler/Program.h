@@ -87,6 +87,23 @@ struct Operand {
   at::Tensor host;       // a 0-dim CPU input: its value at the launch
 };
 
+// What a node's operator gives on meta tensors of the program's geometry
+// (run_on_meta, which first checks each argument's kind against the schema):
+// how a program's text is checked against its ops, and which results really
+// alias an argument (aten::reshape and aten::to alias it only when they copy
+// nothing).
+struct MetaRun {
+  bool ran = false;                  // false: no meta kernel, or it refused (refusal)
+  std::vector<c10::IValue> args;
+  std::vector<at::Tensor> results;
+  std::string refusal;
+  // Whether result `result` aliases argument `argument` (true when the meta kernel did not run).
+  bool aliases(size_t result, size_t argument) const;
+  // ... and reads it as it is (not a _conj or _neg_view of it).
+  bool plain_alias(size_t result, size_t argument) const;
+};
+MetaRun run_on_meta(const Graph& g, const Node& n, const c10::OperatorHandle& op);
+
 class Program : public std::enable_shared_from_this<Program> {
  public:
   static std::shared_ptr<Program> compile(Graph graph);
@@ -117,16 +134,17 @@ class Program : public std::enable_shared_from_this<Program> {
 
  private:
   explicit Program(Graph graph) : graph_(std::move(graph)) {}
-  // build() runs its phases in order: check_geometry, resolve_nodes,
-  // check_results, order_steps (StepOrder: fusion groups and calls),
-  // place_values.
+  // build() runs its phases in order: check_geometry, resolve_nodes (which
+  // checks each node's results, check_results), note_reads, order_steps
+  // (StepOrder: fusion groups and calls), place_values.
   struct NodeFacts;
   class StepOrder;
   friend class StepOrder;
   void build();
   void check_geometry();
   NodeFacts resolve_nodes();
-  void check_results(const NodeFacts& facts) const;
+  void check_results(const Node& n, const MetaRun& meta, const std::vector<int>& aliased) const;
+  void note_reads();
   void check_reach(const Node& n, int out, int base);
   void order_steps(const NodeFacts& facts);
   void place_values();
@@ -137,6 +155,7 @@ class Program : public std::enable_shared_from_this<Program> {
   Graph graph_;
   std::vector<Step> steps_;
   std::vector<Location> where_;          // per value
+  std::vector<bool> read_;               // per storage root: a node or the caller reads it
   // Per input: the bytes of its storage the program's views of it reach (an
   // input's storage must hold them: run() checks, as the bytes are only
   // known then).
