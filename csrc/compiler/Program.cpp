@@ -1054,6 +1054,15 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
   // memory, which is not resizable: its step runs the functional op from then
   // on. The first try's warnings wait for its outcome: a refused try's
   // warning about resizing an output concerns the plan, not the caller.
+  // An out= kernel may shrink an output without reallocating (the CPU's _embedding_bag leaves offset2bag
+  // empty): the planned buffer then holds no values, which is fine only while nothing reads it.
+  auto check_out_sizes = [&](const Step& st) {
+    for (int v : st.outputs) {
+      if (v < 0 || values[v].sizes().vec() == g.values[v].meta.sizes) continue;
+      TORCH_CHECK(!read_[root(v)], "left its result %", v, " ", values[v].sizes(), " (its CPU kernel's fast path "
+                  "does not compute it), where the program reads ", g.values[v].meta.str());
+    }
+  };
   auto call_out = [&](size_t si, const Step& st, std::vector<c10::IValue>& stack) {
     std::atomic<OutCall>& state = out_calls_[si];
     const OutCall known = state.load(std::memory_order_relaxed);
@@ -1061,6 +1070,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     for (int v : st.outputs) stack.emplace_back(value(v));
     if (known == OutCall::Confirmed) {
       st.op->callBoxed(stack);
+      check_out_sizes(st);
       return true;
     }
     HeldWarnings held;
@@ -1078,6 +1088,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     }
     state.store(OutCall::Confirmed, std::memory_order_relaxed);
     held.replay();
+    check_out_sizes(st);
     return true;
   };
   size_t next_generator = 0;

@@ -76,7 +76,10 @@ def _through(frontend):
                 return program(*xs)
 
         def f(*xs):
-            traced = torch.jit.trace(Module(), xs, check_trace=False)
+            try:
+                traced = torch.jit.trace(Module(), xs, check_trace=False)
+            except RuntimeError as e:  # the tracer's own refusals (an output that depends on no input)
+                raise _Rejected("torch.jit.trace: " + str(e).splitlines()[0]) from None
             try:
                 lowered = mj.to_mydev(traced, xs)
             except RuntimeError as e:
@@ -119,7 +122,8 @@ def _run_program(program, frontend):
     except AssertionError as e:
         return "wrong", str(e)[:600]
     except Exception as e:  # noqa: BLE001  (any other exception is the finding)
-        return "error", f"{type(e).__name__}: {str(e)[:600]}"
+        text = str(e)
+        return "error", f"{type(e).__name__}: {text[:300]} ... {text[-500:]}" if len(text) > 800 else text
     return "pass", ""
 
 
