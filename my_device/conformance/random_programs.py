@@ -230,16 +230,19 @@ def _numbered_inputs_first(program, values, made):
     return program
 
 
-def run(program, device, through, trains, weights=None):
-    """program's outputs and input gradients with its inputs on `device`, called as through(program)."""
+def run(program, device, through, trains, weights=None, dtype=None):
+    """program's outputs and input gradients with its inputs on `device` (its float32 inputs in `dtype`, if
+    given), called as through(program)."""
     gen = torch.Generator().manual_seed(program.seed)
-    leaves = [t.detach().to(device).requires_grad_(trains and t.is_floating_point()) for t in program.inputs]
+    cast = (lambda t: t.to(dtype) if dtype is not None and t.dtype == torch.float32 else t)  # noqa: E731
+    leaves = [cast(t.detach()).to(device).requires_grad_(trains and t.is_floating_point()) for t in program.inputs]
     outputs = through(program)(*leaves)
     if not trains:
         return [o.detach() for o in outputs], [], weights
     if weights is None:
         weights = [torch.randn(o.shape, generator=gen) if o.is_floating_point() else None for o in outputs]
-    terms = [(o * w.to(o.device)).sum() for o, w in zip(outputs, weights) if w is not None and o.requires_grad]
+    terms = [(o * w.to(o.device, o.dtype)).sum() for o, w in zip(outputs, weights)
+             if w is not None and o.requires_grad and o.is_floating_point()]
     wanted = [t for t in leaves if t.requires_grad]
     grads = []
     if terms and wanted:
