@@ -810,3 +810,19 @@ def test_a_conjugate_view_keeps_its_conjugation():
     x = torch.randn(5, 6, 7)
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(f, backend="mydev")(x.to(DEV)).cpu(), f(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_refused_out_call_leaves_its_planned_output_as_the_program_says():
+    # mse_loss's out= kernel resizes its 0-dim output to the elementwise loss before it finds the planned
+    # storage not resizable; the step then runs the functional op, and later readers of the loss must see
+    # a 0-dim value (they saw [5]: a fused maximum and a permute failed, found by the fuzzer).
+    program = mc.compile("program p\ninput %0 : Float[5]{1}+0\ninput %1 : Float[5]{1}+0\ninput %2 : Float[]{}+0\n"
+                         "%3 = aten::mse_loss(%0, %1, i1) : Float[]{}+0\n"
+                         "%4 = aten::maximum(%3, %2) : Float[]{}+0\n"
+                         "%5 = aten::permute_copy(%3, []) : Float[]{}+0\noutput %4 %5\n")
+    a, b, c = torch.randn(5), torch.randn(5), torch.tensor(-1.0)
+    for _ in range(2):  # the first run tries out=, the second knows it is refused
+        top, copy = program.run([a.to(DEV), b.to(DEV), c.to(DEV)])
+        loss = F.mse_loss(a, b)
+        torch.testing.assert_close(top.cpu(), torch.maximum(loss, c))
+        torch.testing.assert_close(copy.cpu(), loss)

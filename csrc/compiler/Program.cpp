@@ -1083,6 +1083,13 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
         held.replay();
         throw;
       }
+      // resize_ sets the new sizes before it finds the storage not resizable: the planned tensors get the
+      // program's geometry back, or the functional op's result would be copied (broadcast) into the wrong one.
+      for (int v : st.outputs) {
+        if (v < 0) continue;
+        const TensorMeta& m = g.values[v].meta;
+        values[v].unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes, m.strides, values[v].storage_offset());
+      }
       state.store(OutCall::Refused, std::memory_order_relaxed);
       return false;
     }
