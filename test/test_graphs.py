@@ -404,14 +404,12 @@ eager_model = copy.deepcopy(model)
 data = [(torch.randn(4, 8, 32), torch.randn(4, 8, 32)) for _ in range(6)]
 x, y = torch.zeros(4, 8, 32, device="mydev"), torch.zeros(4, 8, 32, device="mydev")
 
-one = torch.ones((), device="mydev")
-
 def trainer(m):
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=True)
     def step():
         opt.zero_grad(set_to_none=False)
         loss = nn.functional.mse_loss(m(x), y)
-        loss.backward(one)
+        loss.backward()
         opt.step()
         return loss
     return step
@@ -510,3 +508,27 @@ def test_inductor_still_refuses_graphs_on_mydev():
     original = cudagraph_utils.check_multiple_devices_or_any_cpu_nodes._torch_original
     assert original({torch.device("mydev", 0): None}) is not None
     assert cudagraph_utils.check_multiple_devices_or_any_cpu_nodes({torch.device("mydev", 0): None}) is None
+
+
+def test_fills_capture_without_a_first_call_at_the_call(python_subprocess):
+    # A dense fill needs no host kernel (whose first call of a signature runs at the call, which a capture
+    # refuses): backward's ones_like was refused in a capture whose warm-up had filled at the call on an
+    # idle stream, so whether a capture worked depended on timing. In a fresh process, with no warm-up:
+    result = python_subprocess("""
+        import torch, my_device
+        x = torch.randn(6, device="mydev")
+        g = torch.mydev.MyDevGraph()
+        with torch.mydev.graph(g):
+            ones = torch.ones_like(x)
+            halves = torch.empty(5, dtype=torch.float16, device="mydev").fill_(2.5)
+            ints = torch.full((3,), 7, dtype=torch.int64, device="mydev")
+        for _ in range(2):
+            ones.zero_(); halves.zero_(); ints.zero_()
+            g.replay()
+            torch.mydev.synchronize()
+            assert torch.equal(ones.cpu(), torch.ones(6))
+            assert torch.equal(halves.cpu(), torch.full((5,), 2.5, dtype=torch.float16))
+            assert torch.equal(ints.cpu(), torch.full((3,), 7))
+        print("ok")
+    """)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]

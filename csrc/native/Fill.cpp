@@ -12,11 +12,13 @@
 // fills on a busy stream stay host kernels.
 #include "StructuredKernel.h"  // first: DispatchStub's declarations
 
+#include <ATen/Dispatch_v2.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Fill.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 
@@ -50,6 +52,39 @@ void memset_zero(const at::Tensor& self) {
   launch_async(device, "aten::zero_", [data, nbytes, keep = held.keep(self.storage())] {
     std::memset(kernel_address(data), 0, nbytes);
   }, is_short_kernel(self.numel()), &held);
+}
+
+// A dense fill with any value: the value converted at the call (raising as
+// the CPU's fill does for one the dtype cannot hold), then each element set,
+// at the call on an idle stream or as a kernel. It needs no host kernel, whose
+// first call of a signature runs at the call: a capture must not depend on
+// whether the warm-up's fill found the stream idle (backward's ones_like was
+// refused in a capture after a warm-up that had filled at the call). False for
+// a dtype it does not handle.
+bool fill_dense(const at::Tensor& self, const at::Scalar& value) {
+  switch (self.scalar_type()) {
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong: case at::kBool:
+    case at::kHalf: case at::kBFloat16: case at::kFloat: case at::kDouble: case at::kComplexFloat:
+    case at::kComplexDouble:
+      break;
+    default:
+      return false;
+  }
+  bool handled = false;
+  AT_DISPATCH_V2(self.scalar_type(), "fill_", AT_WRAP([&] {
+    const scalar_t converted = value.to<scalar_t>();
+    const c10::DeviceIndex device = self.device().index();
+    const int64_t n = self.numel();
+    handled = true;
+    if (n == 0) return;
+    void* data = self.data_ptr();
+    auto body = [data, n, converted] { std::fill_n(static_cast<scalar_t*>(kernel_address(data)), n, converted); };
+    if (is_short_kernel(n) && launch_if_idle(device, "aten::fill_", body)) return;
+    KernelArgs held(device);
+    launch_async(device, "aten::fill_", [body, keep = held.keep(self.storage())] { body(); }, is_short_kernel(n),
+                 &held);
+  }), AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kBool, at::kHalf, at::kBFloat16);
+  return handled;
 }
 
 // The CPU's fill_ (fill_out) over `self` at its kernel addresses, if it is
@@ -115,9 +150,12 @@ bool is_all_zero_bits(const at::Scalar& value) {
 }
 
 at::Tensor& fill_(at::Tensor& self, const at::Scalar& value) {
-  if (memset_fills(self) && is_all_zero_bits(value) && !value.isSymbolic()) {
-    memset_zero(self);
-    return self;
+  if (memset_fills(self) && !value.isSymbolic() && !self.is_quantized()) {
+    if (is_all_zero_bits(value)) {
+      memset_zero(self);
+      return self;
+    }
+    if (fill_dense(self, value)) return self;
   }
   if (fill_at_call(self, value)) return self;
   return host_kernel_call("aten::fill_.Scalar", self, c10::IValue(value));
