@@ -826,3 +826,22 @@ def test_a_refused_out_call_leaves_its_planned_output_as_the_program_says():
         loss = F.mse_loss(a, b)
         torch.testing.assert_close(top.cpu(), torch.maximum(loss, c))
         torch.testing.assert_close(copy.cpu(), loss)
+
+
+def test_batch_norm_updating_its_running_statistics_is_a_barrier():
+    # batch_norm's schema does not mark running_mean/var as written; a read of them before it must run
+    # before it (found by the fuzzer through a traced instance_norm: a quantile of the running mean read
+    # the updated values).
+    program = mc.compile("program p\ninput %0 : Float[2,3,4]{12,4,1}+0\ninput %1 : Float[3]{1}+0\n"
+                         "input %2 : Float[3]{1}+0\n%3 = aten::mul.Scalar(%1, f2.0) : Float[3]{1}+0\n"
+                         "%4 = aten::batch_norm(%0, n, n, %1, %2, b1, f0.5, f1e-05, b0) : Float[2,3,4]{12,4,1}+0\n"
+                         "%5 = aten::add.Scalar(%1, i1, i1) : Float[3]{1}+0\noutput %3 %4 %5\n")
+    x, mean, var = torch.randn(2, 3, 4), torch.randn(3), torch.rand(3) + 0.5
+    dev_mean, dev_var = mean.to(DEV), var.to(DEV)
+    before, out, after = program.run([x.to(DEV), dev_mean, dev_var])
+    expected_before = mean * 2
+    expected_out = F.batch_norm(x, mean, var, training=True, momentum=0.5)
+    torch.testing.assert_close(before.cpu(), expected_before)
+    torch.testing.assert_close(out.cpu(), expected_out)
+    torch.testing.assert_close(dev_mean.cpu(), mean)
+    torch.testing.assert_close(after.cpu(), mean + 1)

@@ -124,7 +124,7 @@ bool is_view(const c10::FunctionSchema& s) {
 
 bool mutates(const c10::FunctionSchema& s) {
   for (const c10::Argument& a : s.arguments()) {
-    if (a.alias_info() && a.alias_info()->isWrite()) return true;
+    if ((a.alias_info() && a.alias_info()->isWrite()) || writes_unannotated(a)) return true;
   }
   return false;
 }

@@ -66,14 +66,11 @@ void materialize_written(const at::Tensor& t) {
   }
 }
 
-// native_batch_norm and batch_norm_update_stats update their running
-// statistics, which their schemas do not mark as written (the ops predate
-// write annotations; _native_batch_norm_legit marks them).
+} // namespace
+
 bool writes_unannotated(const c10::Argument& a) {
   return a.name() == "running_mean" || a.name() == "running_var";
 }
-
-} // namespace
 
 void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const auto& schema = op.schema();

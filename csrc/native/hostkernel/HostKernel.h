@@ -17,6 +17,11 @@ namespace my_device {
 
 // The boxed host kernel, usable for any op whose CPU kernel is registered.
 void host_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
+// Whether an argument is written though its schema does not say so: the running statistics of the batch
+// and instance norms (native_batch_norm, batch_norm, instance_norm, batch_norm_update_stats predate write
+// annotations; _native_batch_norm_legit marks them).
+bool writes_unannotated(const c10::Argument& a);
 // The operator overload named "aten::name.overload" (or "aten::name"), looked up once.
 const c10::OperatorHandle& op_named(const char* label);
 
