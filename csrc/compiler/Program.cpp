@@ -390,12 +390,18 @@ int64_t view_offset(const at::Tensor& base, const TensorMeta& view, const Tensor
   return view.offset + shift_bytes / static_cast<int64_t>(c10::elementSize(view.dtype));
 }
 
-bool has_geometry(const at::Tensor& t, const TensorMeta& m) {
-  if (t.sizes().vec() != m.sizes || t.storage_offset() != m.offset) return false;
+// Whether `t`'s elements sit where `m`'s strides put them (the stride of a dim
+// of one element, or of a tensor of none, addresses nothing). Sizes equal.
+bool same_strides(const at::Tensor& t, const TensorMeta& m) {
+  if (t.numel() == 0) return true;
   for (size_t d = 0; d < m.sizes.size(); ++d) {
     if (m.sizes[d] > 1 && t.stride(static_cast<int64_t>(d)) != m.strides[d]) return false;
   }
   return true;
+}
+
+bool has_geometry(const at::Tensor& t, const TensorMeta& m) {
+  return t.sizes().vec() == m.sizes && t.storage_offset() == m.offset && same_strides(t, m);
 }
 
 // A copy of `t` laid out with `m`'s geometry (a CPU allocation: device memory, on the worker).
@@ -509,6 +515,11 @@ struct Program::NodeFacts {
   std::vector<std::optional<c10::OperatorHandle>> ops;
   std::vector<bool> view;     // a view of its first argument
   std::vector<bool> barrier;  // mutates an argument: no fusion across it
+  // Its meta kernel ran and gave each result the program's layout, so an out=
+  // call may write them: a CPU out= kernel may assume the layout it would have
+  // made (narrow_copy's copies a contiguous result), and one left unchecked at
+  // build (no meta kernel) is checked by running the functional op.
+  std::vector<bool> natural;
 };
 
 void Program::build() {
@@ -566,6 +577,7 @@ Program::NodeFacts Program::resolve_nodes() {
   f.ops.resize(g.nodes.size());
   f.view.assign(g.nodes.size(), false);
   f.barrier.assign(g.nodes.size(), false);
+  f.natural.assign(g.nodes.size(), false);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     f.ops[i] = resolve(n);
@@ -576,6 +588,10 @@ Program::NodeFacts Program::resolve_nodes() {
       if (out >= 0) where_[out] = {Location::Held, out, -1};
     }
     const MetaRun meta = run_on_meta(g, n, *f.ops[i]);
+    f.natural[i] = meta.ran;
+    for (size_t r = 0; r < n.outputs.size() && r < meta.results.size(); ++r) {
+      if (n.outputs[r] >= 0 && !has_geometry(meta.results[r], g.values[n.outputs[r]].meta)) f.natural[i] = false;
+    }
     // Views and fused ops never run their kernel, so their meta kernel's word is the only check.
     TORCH_CHECK(meta.ran || meta.refusal.empty() || (!is_view(s) && !is_fusible_pointwise(g, n) && !fusible_reduction(g, n)),
                 "mydev compiler: ", n.op, " (line ", n.line, ") refuses the arguments the program gives it: ",
@@ -748,7 +764,7 @@ class Program::StepOrder {
       }
     }
     const bool all_used = std::find(n.outputs.begin(), n.outputs.end(), -1) == n.outputs.end();
-    if (auto out = out_overload(*f_.ops[i]); out && !f_.barrier[i] && all_used) {
+    if (auto out = out_overload(*f_.ops[i]); out && !f_.barrier[i] && all_used && f_.natural[i]) {
       step.functional = step.op;
       step.op = out;
       step.use_out = true;
@@ -922,8 +938,7 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
                   "Expected all tensors to be on the same device, but found at least two devices, ",
                   c10::Device(kMyDev, device), " and ", t.device(), "!");
     }
-    if (t.scalar_type() != m.dtype || t.sizes() != c10::IntArrayRef(m.sizes) ||
-        t.strides() != c10::IntArrayRef(m.strides)) {
+    if (t.scalar_type() != m.dtype || t.sizes() != c10::IntArrayRef(m.sizes) || !same_strides(t, m)) {
       // Name the op that reads the input first, with the frontend's source location.
       std::string reader;
       for (const Node& n : g.nodes) {

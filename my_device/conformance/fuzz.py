@@ -30,6 +30,9 @@ FRONTENDS = ("eager", "compile", "inductor", "lazy", "jit")
 TRAINING_FRONTENDS = ("eager", "compile", "inductor", "lazy")
 # Compilers may reorder floating-point work: a gradient summed over 256 terms of order 1 differed by 3.5e-5.
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}
+# A mutant is compared with its text run op by op, without a float64 run to tell how much it amplifies
+# rounding (a digamma put in place of a neg, near a pole, amplified a reordered matrix product's by 1e3).
+MUTANT_TOLERANCE = {"rtol": 1e-3, "atol": 1e-3}
 # Outcomes that are findings, not passes.
 FAILURES = ("wrong", "error", "crash", "unclear", "unchecked")
 # Elements of storage beyond which a mutant's inputs are not made (it is counted as built, not run).
@@ -185,7 +188,7 @@ def _run_mutant(text, seed):
     except Exception as e:  # noqa: BLE001
         return "unchecked", f"built and ran; op by op on the CPU: {type(e).__name__}: {str(e)[:300]}"
     try:
-        pt.compare(got, want, **TOLERANCE)
+        pt.compare(got, want, **MUTANT_TOLERANCE)
     except AssertionError as e:
         return "wrong", str(e)[:600]
     return "ran", ""
