@@ -845,3 +845,34 @@ def test_batch_norm_updating_its_running_statistics_is_a_barrier():
     torch.testing.assert_close(out.cpu(), expected_out)
     torch.testing.assert_close(dev_mean.cpu(), mean)
     torch.testing.assert_close(after.cpu(), mean + 1)
+
+
+def test_a_result_laid_out_otherwise_than_its_kernel_would_is_written_by_the_functional_op():
+    # narrow_copy's CPU out= kernel copies as if its output were contiguous; the program gives the result a
+    # gapped layout (a valid, non-overlapping one): the functional op runs and its result is copied there.
+    program = mc.compile("program p\ninput %0 : Float[5,5,5]{25,5,1}+0\n"
+                         "%1 = aten::narrow_copy(%0, i1, i2, i2) : Float[5,2,5]{11,5,1}+0\n"
+                         "%2 = aten::mul.Scalar(%1, f3.0) : Float[5,2,5]{10,5,1}+0\noutput %2\n")
+    x = torch.randn(5, 5, 5)
+    torch.testing.assert_close(program.run([x.to(DEV)])[0].cpu(), x.narrow(1, 2, 2) * 3, rtol=0, atol=0)
+
+
+def test_an_input_of_no_elements_is_taken_whatever_its_strides():
+    program = mc.compile("program p\ninput %0 : Float[0,2,2]{4,2,1}+0\n%1 = aten::neg(%0) : Float[0,2,2]{4,2,1}+0\n"
+                         "output %1\n")
+    (out,) = program.run([torch.empty(0, 2, 2, device=DEV).transpose(1, 2)])
+    assert out.shape == (0, 2, 2)
+
+
+def test_an_out_kernel_that_lays_its_output_out_anew_gives_the_program_its_values():
+    # max_unpool2d's CPU out= kernel lays its output out in its input's memory format: a channels-last
+    # input made it write the planned (contiguous) output as channels-last (found by the fuzzer through
+    # TorchScript). The values are moved into the program's layout, and later runs call the functional op.
+    program = mc.compile("program p\ninput %0 : Float[1,2,1,2]{4,1,4,2}+0\ninput %1 : Long[1,2,1,2]{4,1,4,2}+0\n"
+                         "%2 = aten::max_unpool2d(%0, %1, [i3, i6]) : Float[1,2,3,6]{36,18,6,1}+0\n"
+                         "%3 = aten::mul.Scalar(%2, f2.0) : Float[1,2,3,6]{36,18,6,1}+0\noutput %3\n")
+    x = torch.randn(1, 2, 1, 2).contiguous(memory_format=torch.channels_last)
+    idx = torch.tensor([[[[8, 15]], [[13, 16]]]]).contiguous(memory_format=torch.channels_last)
+    expected = F.max_unpool2d(x, idx, kernel_size=3, output_size=[1, 2, 3, 6]) * 2
+    for _ in range(2):
+        torch.testing.assert_close(program.run([x.to(DEV), idx.to(DEV)])[0].cpu(), expected, rtol=0, atol=0)

@@ -1071,12 +1071,24 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
   // warning about resizing an output concerns the plan, not the caller.
   // An out= kernel may shrink an output without reallocating (the CPU's _embedding_bag leaves offset2bag
   // empty): the planned buffer then holds no values, which is fine only while nothing reads it.
-  auto check_out_sizes = [&](const Step& st) {
+  // One may also lay an output out anew (max_unpool2d's takes its input's memory format): its values are
+  // then moved into the program's layout, and the step runs the functional op from then on. True if so.
+  auto settle_outputs = [&](const Step& st) {
+    bool restrided = false;
     for (int v : st.outputs) {
-      if (v < 0 || values[v].sizes().vec() == g.values[v].meta.sizes) continue;
-      TORCH_CHECK(!read_[root(v)], "left its result %", v, " ", values[v].sizes(), " (its CPU kernel's fast path "
-                  "does not compute it), where the program reads ", g.values[v].meta.str());
+      if (v < 0) continue;
+      const TensorMeta& m = g.values[v].meta;
+      if (values[v].sizes().vec() != m.sizes) {
+        TORCH_CHECK(!read_[root(v)], "left its result %", v, " ", values[v].sizes(), " (its CPU kernel's fast path "
+                    "does not compute it), where the program reads ", m.str());
+      } else if (!has_geometry(values[v], m)) {
+        const at::Tensor written = values[v].clone();
+        values[v].unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes, m.strides, m.offset);
+        values[v].copy_(written);
+        restrided = true;
+      }
     }
+    return restrided;
   };
   auto call_out = [&](size_t si, const Step& st, std::vector<c10::IValue>& stack) {
     std::atomic<OutCall>& state = out_calls_[si];
@@ -1085,7 +1097,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     for (int v : st.outputs) stack.emplace_back(value(v));
     if (known == OutCall::Confirmed) {
       st.op->callBoxed(stack);
-      check_out_sizes(st);
+      if (settle_outputs(st)) state.store(OutCall::Refused, std::memory_order_relaxed);
       return true;
     }
     HeldWarnings held;
@@ -1108,9 +1120,8 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       state.store(OutCall::Refused, std::memory_order_relaxed);
       return false;
     }
-    state.store(OutCall::Confirmed, std::memory_order_relaxed);
     held.replay();
-    check_out_sizes(st);
+    state.store(settle_outputs(st) ? OutCall::Refused : OutCall::Confirmed, std::memory_order_relaxed);
     return true;
   };
   size_t next_generator = 0;
