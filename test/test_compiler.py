@@ -765,6 +765,10 @@ _HEAD = "program bad\ninput %0 : Float[4,3]{3,1}+0\n"
     ("%1 = aten::permute(%0, f0.5) : Float[3,4]{1,3}+0\noutput %1\n",
      r"argument 2 \('dims'\) is f0.5, which is not a int\[\]"),
     ("%1 = aten::gelu(%0, f0.01) : Float[4,3]{3,1}+0\noutput %1\n", r"argument 2 \('approximate'\)"),
+    ("%1 = aten::clone(%0, i-1) : Float[4,3]{3,1}+0\noutput %1\n",
+     r"argument 2 \('memory_format'\) is i-1, which is not a MemoryFormat"),
+    ("%1 = aten::_to_copy(%0, i99, n, n, n, b0, n) : Float[4,3]{3,1}+0\noutput %1\n",
+     r"argument 2 \('dtype'\) is i99, which is not a ScalarType"),
     ("%1 = aten::neg(%0) : Float[4,3]{3,1}+0\noutput %2147483648\n", "value id out of range"),
     ("%1 = aten::neg(%0) : Float[4611686018427387904,3]{3,1}+0\noutput %1\n", "do not fit in 64 bits"),
 ])

@@ -156,6 +156,7 @@ class Program : public std::enable_shared_from_this<Program> {
   std::vector<Step> steps_;
   std::vector<Location> where_;          // per value
   std::vector<bool> read_;               // per storage root: a node or the caller reads it
+  std::vector<bool> used_;               // per value: a node or the caller reads it (itself, not its views)
   // Per input: the bytes of its storage the program's views of it reach (an
   // input's storage must hold them: run() checks, as the bytes are only
   // known then).
