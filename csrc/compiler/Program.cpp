@@ -568,6 +568,7 @@ void Program::build() {
 void Program::check_geometry() {
   const Graph& g = graph_;
   input_reach_.assign(g.inputs.size(), 0);
+  input_low_.assign(g.inputs.size(), 0);
   for (size_t v = 0; v < g.values.size(); ++v) {
     const TensorMeta& m = g.values[v].meta;
     bool valid = m.offset >= 0 && m.sizes.size() == m.strides.size();
@@ -583,8 +584,16 @@ void Program::check_reach(const Node& n, int out, int base) {
   const Graph& g = graph_;
   const size_t need = g.values[out].meta.storage_bytes();
   if (where_[base].kind == Location::Input) {
-    size_t& reach = input_reach_[static_cast<size_t>(where_[base].slot)];
-    reach = std::max(reach, need);
+    // Counted from the input's first element: the tensor given at run may start elsewhere in its storage
+    // than the frontend's example did (aot_autograd's tangents of views are fresh tensors).
+    const TensorMeta& input = g.values[base].meta;
+    const TensorMeta& view = g.values[out].meta;
+    const int64_t start = input.offset * static_cast<int64_t>(c10::elementSize(input.dtype));
+    const size_t slot = static_cast<size_t>(where_[base].slot);
+    if (view.numel() == 0) return;
+    input_reach_[slot] = std::max(input_reach_[slot], static_cast<int64_t>(need) - start);
+    input_low_[slot] =
+        std::min(input_low_[slot], view.offset * static_cast<int64_t>(c10::elementSize(view.dtype)) - start);
     return;
   }
   TORCH_CHECK(need <= g.values[base].meta.storage_bytes(), "mydev compiler: ", n.op, " (line ", n.line,
@@ -644,7 +653,7 @@ Program::NodeFacts Program::resolve_nodes() {
     std::vector<int> aliased(n.outputs.size(), -1);
     for (size_t r = 0; r < n.outputs.size() && r < s.returns().size(); ++r) {
       const int a = aliased_value_argument(g, n, s, r);
-      if (a >= 0 && meta.aliases(r, static_cast<size_t>(a))) {
+      if (a >= 0 && meta.plain_alias(r, static_cast<size_t>(a))) {
         aliased[r] = a;
         where_[n.outputs[r]].root = where_[n.args[a].value].root;
         check_reach(n, n.outputs[r], where_[n.outputs[r]].root);
@@ -964,9 +973,11 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
     TORCH_CHECK(!t.is_neg() && !t.is_conj(), "mydev program '", g.name, "': input ", i,
                 " has a lazy negation or conjugation bit; pass it through resolve_neg()/resolve_conj() first");
     if (!host_scalar) {
-      TORCH_CHECK(t.storage().nbytes() >= input_reach_[i], "mydev program '", g.name, "': input ", i,
-                  " has ", t.storage().nbytes(), " bytes of storage, but the program's views of it reach ",
-                  input_reach_[i]);
+      const int64_t start = t.storage_offset() * static_cast<int64_t>(t.element_size());
+      TORCH_CHECK(start + input_low_[i] >= 0 && start + input_reach_[i] <= static_cast<int64_t>(t.storage().nbytes()),
+                  "mydev program '", g.name, "': input ", i, " has ", t.storage().nbytes(),
+                  " bytes of storage, but the program's views of it reach ", start + input_reach_[i],
+                  start + input_low_[i] < 0 ? " and start before it" : "");
       if (device < 0) device = t.device().index();
       TORCH_CHECK(t.device().index() == device,
                   "Expected all tensors to be on the same device, but found at least two devices, ",
@@ -1201,6 +1212,11 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
           if (st.use_out) stack = arguments();  // a refused out= call took its arguments
           (st.use_out ? st.functional : st.op)->callBoxed(stack);
           std::vector<at::Tensor> results = tensors_of(stack);
+          // A _conj or _neg_view result holds its argument's bytes with a bit a program's geometry cannot
+          // carry: it becomes a value of its own (resolve_neg/conj copy it), which resolve_nodes planned.
+          for (at::Tensor& t : results) {
+            if (t.is_conj() || t.is_neg()) t = t.resolve_conj().resolve_neg();
+          }
           TORCH_CHECK(results.size() >= st.outputs.size(), "returned ", results.size(), " tensors, the program expects ",
                       st.outputs.size());
           for (size_t k = 0; k < st.outputs.size(); ++k) {

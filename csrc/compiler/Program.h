@@ -157,10 +157,11 @@ class Program : public std::enable_shared_from_this<Program> {
   std::vector<Location> where_;          // per value
   std::vector<bool> read_;               // per storage root: a node or the caller reads it
   std::vector<bool> used_;               // per value: a node or the caller reads it (itself, not its views)
-  // Per input: the bytes of its storage the program's views of it reach (an
-  // input's storage must hold them: run() checks, as the bytes are only
-  // known then).
-  std::vector<size_t> input_reach_;
+  // Per input: the bytes its views reach past the input's first element, and
+  // where the earliest starts (<= 0); run() checks the storage of the tensor
+  // given holds them, counted from its storage offset.
+  std::vector<int64_t> input_reach_;
+  std::vector<int64_t> input_low_;
   std::vector<TensorMeta> output_buffers_;  // geometry of buffers the program returns
   std::vector<int> arena_buffers_;       // value id of each arena buffer
   MemoryPlan plan_;
