@@ -880,3 +880,25 @@ def test_an_out_kernel_that_lays_its_output_out_anew_gives_the_program_its_value
     expected = F.max_unpool2d(x, idx, kernel_size=3, output_size=[1, 2, 3, 6]) * 2
     for _ in range(2):
         torch.testing.assert_close(program.run([x.to(DEV), idx.to(DEV)])[0].cpu(), expected, rtol=0, atol=0)
+
+
+def test_a_conjugate_view_returned_by_the_program_is_conjugated():
+    # ifft of a real input ends in _conj of the r2c result, which the program returns (found by the compile
+    # OpInfo sweep: the values came back unconjugated).
+    def f(t):
+        return torch.fft.ifft(t, n=10, dim=1, norm="ortho")
+
+    x = torch.randn(5, 6, 7)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, backend="mydev")(x.to(DEV)).cpu(), f(x), rtol=1e-5, atol=1e-5)
+
+
+def test_views_of_an_input_are_checked_from_where_the_input_starts():
+    # aot_autograd's backward takes the gradients of unbind's outputs, which the trace saw as views at
+    # offsets 1..4, as fresh 0-dim tensors: their views reach as far past their start as the trace's did.
+    x = torch.randn(5, requires_grad=True)
+    torch._dynamo.reset()
+    xd = x.detach().to(DEV).requires_grad_()
+    out = torch.compile(lambda t: torch.unbind(t), backend="mydev")(xd)
+    (grad,) = torch.autograd.grad([o * (k + 1) for k, o in enumerate(out)], xd, [torch.ones((), device=DEV)] * 5)
+    torch.testing.assert_close(grad.cpu(), torch.arange(1.0, 6.0))
