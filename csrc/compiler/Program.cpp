@@ -12,7 +12,6 @@
 #include <atomic>
 #include <mutex>
 #include <sstream>
-#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -1149,14 +1148,12 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     try {
       c10::WarningUtils::WarningHandlerGuard guard(&held);
       st.op->callBoxed(stack);
-    } catch (const c10::Error& e) {
-      if (std::string_view(e.what_without_backtrace()).find("storage that is not resizable") ==
-          std::string_view::npos) {
-        held.replay();
-        throw;
-      }
-      // resize_ sets the new sizes before it finds the storage not resizable: the planned tensors get the
-      // program's geometry back, or the functional op's result would be copied (broadcast) into the wrong one.
+    } catch (const c10::Error&) {
+      // The first try of an out= call that raises is retried as the functional op, which raises the op's
+      // own error if there is one: out= kernels refuse what the functional op takes (a planned output that
+      // must grow: mse_loss's; linalg_qr's asserts on an empty input's planned Q). The planned tensors get
+      // the program's geometry back (resize_ sets the new sizes before it finds the storage not resizable),
+      // or the functional op's result would be copied (broadcast) into the wrong one.
       for (int v : st.outputs) {
         if (v < 0) continue;
         const TensorMeta& m = g.values[v].meta;
