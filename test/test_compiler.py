@@ -902,3 +902,19 @@ def test_views_of_an_input_are_checked_from_where_the_input_starts():
     out = torch.compile(lambda t: torch.unbind(t), backend="mydev")(xd)
     (grad,) = torch.autograd.grad([o * (k + 1) for k, o in enumerate(out)], xd, [torch.ones((), device=DEV)] * 5)
     torch.testing.assert_close(grad.cpu(), torch.arange(1.0, 6.0))
+
+
+def test_results_that_view_an_argument_unannotated_keep_it_alive():
+    # broadcast_tensors returns views of its list's tensors, which its schema does not say: the program
+    # reused amax's arena slot for mse_loss's result while cumprod still read amax through the view
+    # (found by the fuzzer through a traced mse_loss). Which results alias what is the meta kernel's word.
+    program = mc.compile("program p\ninput %0 : Float[]{}+0\ninput %1 : Float[]{}+0\ninput %2 : Float[2,2]{2,1}+0\n"
+                         "input %3 : Float[2,3]{3,1}+0\n%4 = aten::amax(%0, [i-1], b0) : Float[]{}+0\n"
+                         "%5, %6 = aten::broadcast_tensors([%4, %1]) : Float[]{}+0, Float[]{}+0\n"
+                         "%7 = aten::mse_loss(%5, %6, i1) : Float[]{}+0\n"
+                         "%8 = aten::addmm(%7, %2, %3, f0.2, f0.6) : Float[2,3]{3,1}+0\n"
+                         "%9 = aten::cumprod(%5, i0, n) : Float[]{}+0\noutput %8 %9\n")
+    x = [torch.tensor(-8.0), torch.tensor(2.0), torch.randn(2, 2), torch.randn(2, 3)]
+    mm, kept = program.run([t.to(DEV) for t in x])
+    assert kept.item() == -8.0
+    torch.testing.assert_close(mm.cpu(), torch.addmm(F.mse_loss(x[0], x[1]), x[2], x[3], beta=0.2, alpha=0.6))

@@ -139,17 +139,34 @@ int aliased_argument(const c10::FunctionSchema& s, size_t ret) {
   return -1;
 }
 
-// The argument result `r` of node `n` lives in, or -1. aten::to and type_as
-// are marked as aliasing self, but only return self when they convert nothing:
-// a result of another dtype is a copy (an int64 result read as float32 over
-// its argument's bytes would be garbage, and reach past a smaller one).
-int aliased_value_argument(const Graph& g, const Node& n, const c10::FunctionSchema& s, size_t r) {
-  if (r >= s.returns().size() || r >= n.outputs.size() || n.outputs[r] < 0) return -1;
-  const int a = aliased_argument(s, r);
-  if (a < 0 || n.args[a].value < 0) return -1;
+// Where result r of a node lives: argument `argument` (its list's `item`-th
+// tensor, or -1), value `value`; value -1 when it is a storage of its own.
+struct AliasSource {
+  int argument = -1;
+  int item = -1;
+  int value = -1;
+};
+
+// aten::to and type_as are marked as aliasing self, but only return self when
+// they convert nothing: a result of another dtype is a copy (an int64 result
+// read as float32 over its argument's bytes would be garbage, and reach past a
+// smaller one).
+AliasSource aliased_source(const Graph& g, const Node& n, const c10::FunctionSchema& s, size_t r) {
+  if (r >= n.outputs.size() || n.outputs[r] < 0) return {};
+  // One list return (split's, broadcast_tensors'): every output aliases the argument it names, or, for a
+  // list argument (broadcast_tensors'), that list's r-th tensor.
+  const bool list_return = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::ListType;
+  const int a = aliased_argument(s, list_return ? 0 : r);
+  if (a < 0 || (!list_return && r >= s.returns().size())) return {};
+  const Arg& arg = n.args[a];
+  if (arg.is_list) {
+    if (!list_return || r >= arg.items.size() || arg.items[r].value < 0) return {};
+    return {a, static_cast<int>(r), arg.items[r].value};
+  }
+  if (arg.value < 0) return {};
   const bool converts = s.name() == "aten::to" || s.name() == "aten::type_as";
-  if (converts && g.values[n.args[a].value].meta.dtype != g.values[n.outputs[r]].meta.dtype) return -1;
-  return a;
+  if (converts && g.values[arg.value].meta.dtype != g.values[n.outputs[r]].meta.dtype) return {};
+  return {a, -1, arg.value};
 }
 
 // A constant argument as the boxed kernel expects it for `type`. Devices
@@ -386,19 +403,36 @@ MetaRun run_on_meta(const Graph& g, const Node& n, const c10::OperatorHandle& op
   return run;
 }
 
-bool MetaRun::aliases(size_t result, size_t argument) const {
-  if (!ran) return true;  // the schema's word
-  return result < results.size() && argument < args.size() && args[argument].isTensor() &&
-         results[result].is_alias_of(args[argument].toTensor());
+// The argument (or list element) whose storage the meta kernel's result `r` is in.
+AliasSource meta_alias_source(const Node& n, const MetaRun& meta, size_t r) {
+  if (r >= n.outputs.size() || n.outputs[r] < 0 || r >= meta.results.size()) return {};
+  for (size_t k = 0; k < n.args.size(); ++k) {
+    const Arg& a = n.args[k];
+    for (int item = a.is_list ? 0 : -1; item < (a.is_list ? static_cast<int>(a.items.size()) : 0); ++item) {
+      const int value = item < 0 ? a.value : a.items[item].value;
+      const std::optional<at::Tensor> in = meta.argument(k, item);
+      if (value >= 0 && in && meta.results[r].is_alias_of(*in)) return {static_cast<int>(k), item, value};
+    }
+  }
+  return {};
 }
 
-bool MetaRun::plain_alias(size_t result, size_t argument) const {
-  if (!aliases(result, argument)) return false;
-  if (!ran) return true;
+std::optional<at::Tensor> MetaRun::argument(size_t index, int item) const {
+  if (index >= args.size()) return std::nullopt;
+  const c10::IValue& v = args[index];
+  if (item < 0) return v.isTensor() ? std::optional<at::Tensor>(v.toTensor()) : std::nullopt;
+  if (!v.isTensorList()) return std::nullopt;
+  const c10::List<at::Tensor> list = v.toTensorList();
+  return static_cast<size_t>(item) < list.size() ? std::optional<at::Tensor>(list.get(item)) : std::nullopt;
+}
+
+bool MetaRun::plain_alias(size_t result, size_t index, int item) const {
+  if (!ran) return true;  // the schema's word
+  const std::optional<at::Tensor> in = argument(index, item);
+  if (result >= results.size() || !in || !results[result].is_alias_of(*in)) return false;
   // _conj and _neg_view alias their argument but change how it reads: a geometry cannot say that.
   const at::Tensor& out = results[result];
-  const at::Tensor& in = args[argument].toTensor();
-  return out.is_conj() == in.is_conj() && out.is_neg() == in.is_neg();
+  return out.is_conj() == in->is_conj() && out.is_neg() == in->is_neg();
 }
 
 namespace {
@@ -639,7 +673,7 @@ Program::NodeFacts Program::resolve_nodes() {
                 meta.refusal);
     const int first = n.args.empty() ? -1 : n.args[0].value;
     if (is_view(s) && first >= 0 && n.outputs[0] >= 0 && g.values[first].meta.dtype == g.values[n.outputs[0]].meta.dtype &&
-        meta.plain_alias(0, 0)) {
+        meta.plain_alias(0, 0, -1)) {
       f.view[i] = true;
       where_[n.outputs[0]].root = where_[first].root;
       check_reach(n, n.outputs[0], where_[first].root);
@@ -650,11 +684,14 @@ Program::NodeFacts Program::resolve_nodes() {
     f.barrier[i] = mutates(s);
     // Returns that alias an argument (split, an in-place op's self) live in that argument's storage.
     std::vector<int> aliased(n.outputs.size(), -1);
-    for (size_t r = 0; r < n.outputs.size() && r < s.returns().size(); ++r) {
-      const int a = aliased_value_argument(g, n, s, r);
-      if (a >= 0 && meta.plain_alias(r, static_cast<size_t>(a))) {
-        aliased[r] = a;
-        where_[n.outputs[r]].root = where_[n.args[a].value].root;
+    for (size_t r = 0; r < n.outputs.size(); ++r) {
+      // The meta kernel's word where it ran: a schema need not say (broadcast_tensors returns views of its
+      // list's tensors unannotated, and a value read through one after its source's arena slot was reused
+      // read another value).
+      const AliasSource src = meta.ran ? meta_alias_source(n, meta, r) : aliased_source(g, n, s, r);
+      if (src.value >= 0 && meta.plain_alias(r, static_cast<size_t>(src.argument), src.item)) {
+        aliased[r] = src.argument;
+        where_[n.outputs[r]].root = where_[src.value].root;
         check_reach(n, n.outputs[r], where_[n.outputs[r]].root);
       }
     }

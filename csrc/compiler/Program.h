@@ -97,10 +97,11 @@ struct MetaRun {
   std::vector<c10::IValue> args;
   std::vector<at::Tensor> results;
   std::string refusal;
-  // Whether result `result` aliases argument `argument` (true when the meta kernel did not run).
-  bool aliases(size_t result, size_t argument) const;
-  // ... and reads it as it is (not a _conj or _neg_view of it).
-  bool plain_alias(size_t result, size_t argument) const;
+  // Argument `index` (its list's `item`-th tensor; item -1: the argument itself), if it is a tensor.
+  std::optional<at::Tensor> argument(size_t index, int item) const;
+  // Whether result `result` aliases that argument and reads it as it is (not a _conj or _neg_view of
+  // it); true when the meta kernel did not run (the schema's word).
+  bool plain_alias(size_t result, size_t index, int item) const;
 };
 MetaRun run_on_meta(const Graph& g, const Node& n, const c10::OperatorHandle& op);
 

@@ -234,7 +234,8 @@ def _worker(args):
 
     ops = rp.pool(args.ops.split(",") if args.ops else None)
     frontends = args.frontends.split(",")
-    done = {tuple(k) for k in json.loads(args.skip)} if args.skip else set()
+    # What an earlier worker of this run finished, or crashed in (the parent recorded that), is not run again.
+    done = {tuple(r["key"]) for r in _read(args.results) if "key" in r}
     with open(args.results, "a") as log:
         def write(record):
             log.write(json.dumps(record) + "\n")
@@ -285,7 +286,6 @@ def _parse(argv):
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, help=argparse.SUPPRESS)
     p.add_argument("--results", help=argparse.SUPPRESS)
-    p.add_argument("--skip", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for f in args.frontends.split(","):
         if f not in FRONTENDS:
@@ -293,11 +293,10 @@ def _parse(argv):
     return args
 
 
-def _worker_command(args, first, results, skip):
+def _worker_command(args, first, results):
     cmd = [sys.executable, "-m", "my_device.conformance.fuzz", "--worker", "--seed", str(args.seed),
            "--programs", str(args.programs), "--first", str(first), "--length", str(args.length),
-           "--frontends", args.frontends, "--mutations", str(args.mutations), "--results", results,
-           "--skip", json.dumps(sorted(skip))]
+           "--frontends", args.frontends, "--mutations", str(args.mutations), "--results", results]
     if args.ops:
         cmd += ["--ops", args.ops]
     return cmd
@@ -321,13 +320,11 @@ def run(args):
     env = dict(os.environ, MYDEV_STRICT="1", MYDEV_MEMORY_LIMIT=os.environ.get("MYDEV_MEMORY_LIMIT", "2G"),
                MYDEV_FALLBACK="silent")
     started = time.monotonic()
-    crashed = set()
     while True:
         records = _read(results)
-        finished = {tuple(r["key"]) for r in records if "key" in r}
         starts = [r for r in records if "start" in r]
         first = max([r["start"][0] for r in starts], default=args.seed)
-        proc = subprocess.Popen(_worker_command(args, first, results, finished | crashed), env=env)
+        proc = subprocess.Popen(_worker_command(args, first, results), env=env)
         try:
             rc = proc.wait(timeout=args.timeout * max(1, args.programs))
         except subprocess.TimeoutExpired:
@@ -341,7 +338,6 @@ def run(args):
         if last is None or tuple(last["start"]) in finished:
             raise SystemExit(f"a fuzz worker failed before running anything (exit {rc})")
         key = tuple(last["start"])
-        crashed.add(key)
         with open(results, "a") as f:
             f.write(json.dumps({"key": list(key), "outcome": "crash", "detail": f"worker exit {rc}"}) + "\n")
     return _report(args, _read(results), time.monotonic() - started)
