@@ -149,6 +149,7 @@ def run_reference(text, inputs):
     values = {}
     outputs = []
     inputs = iter(inputs)
+    needed = _needed_lines(text)
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("program"):
@@ -158,6 +159,8 @@ def run_reference(text, inputs):
             continue
         if line.startswith("output"):
             outputs = [values[int(t[1:])] for t in line.split()[1:]]
+            continue
+        if number not in needed:
             continue
         lhs, _, rest = line.partition(" = ")
         name, _, call = rest.partition("(")
@@ -189,6 +192,35 @@ def run_reference(text, inputs):
                 got = got.new_empty(want.sizes)  # what the compiler keeps of it, too
             values[int(out[1:])] = got
     return outputs
+
+
+# Ops that update running statistics their schemas do not mark as written (as the compiler's mutates()).
+_WRITES_RUNNING_STATS = {"batch_norm", "instance_norm", "native_batch_norm", "batch_norm_update_stats"}
+
+
+def _needed_lines(text):
+    """The numbers of the lines whose results the outputs depend on, and of those that write an argument: a
+    compiler drops the others, with any error their ops would raise (so does Inductor)."""
+    lines = text.splitlines()
+    producer = {}
+    for number, line in enumerate(lines, 1):
+        if line.startswith("%"):
+            for out in line.split(" = ")[0].split(", "):
+                if out != "_":
+                    producer[out] = number
+    wanted = [t for line in lines if line.startswith("output") for t in line.split()[1:]]
+    needed = set()
+    for number, line in enumerate(lines, 1):
+        op = line.partition(" = ")[2].partition("(")[0].split("::")[-1]
+        if line.startswith("%") and (op.split(".")[0].endswith("_") or op.split(".")[0] in _WRITES_RUNNING_STATS):
+            wanted += re.findall(r"%\d+", line.partition("(")[2].split(" : ")[0])
+            needed.add(number)
+    while wanted:
+        number = producer.get(wanted.pop())
+        if number is not None and number not in needed:
+            needed.add(number)
+            wanted += re.findall(r"%\d+", lines[number - 1].partition("(")[2].split(" : ")[0])
+    return needed
 
 
 def compare(got, want, **tolerance):
