@@ -460,6 +460,9 @@ output %3
     (out,) = program.run([x, torch.tensor([0, 9], device=DEV)])  # queued: no error yet
     with pytest.raises(RuntimeError, match=r"gather_prog: aten::gather \(line 4\).*out of bounds"):
         torch.mydev.synchronize()
+    # Its outputs were zeroed, not left as whatever memory held: work queued behind the failed program ran
+    # before the error was reported, and a kernel that read one as indices crashed (embedding_bag's backward).
+    assert out.tolist() == [0.0, 0.0]
     # the device and other tensors still work
     (ok,) = program.run([x, torch.tensor([1, 3], device=DEV)])
     assert ok.tolist() == [1.0, 9.0]
@@ -918,3 +921,11 @@ def test_results_that_view_an_argument_unannotated_keep_it_alive():
     mm, kept = program.run([t.to(DEV) for t in x])
     assert kept.item() == -8.0
     torch.testing.assert_close(mm.cpu(), torch.addmm(F.mse_loss(x[0], x[1]), x[2], x[3], beta=0.2, alpha=0.6))
+
+
+def test_an_input_without_the_bytes_of_its_geometry_is_refused():
+    program = mc.compile("program p\ninput %0 : Float[4,4]{4,1}+0\n%1 = aten::neg(%0) : Float[4,4]{4,1}+0\noutput %1\n")
+    zeros = torch._efficientzerotensor((4, 4), device=DEV)  # sizes and strides, no storage
+    with pytest.raises(RuntimeError, match="input 0 has 0 bytes of storage, fewer than its own geometry reaches"):
+        program.run([zeros])
+    assert program.run([torch.ones(4, 4, device=DEV)])[0].sum().item() == -16.0

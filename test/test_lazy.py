@@ -427,3 +427,13 @@ def test_a_number_times_a_0_dim_tensor_keeps_the_tensor_dtype():
     torch.testing.assert_close(lazy_loss.cpu(), loss.detach())
     torch.testing.assert_close(got.cpu(), want)
 
+
+
+def test_the_gradient_of_sgn_of_a_computed_value_reaches_a_mydev_leaf():
+    # sgn's gradient of a real input is an efficient zero tensor, which became device data with no bytes,
+    # and the next program read 64 of them (a crash, found by the fuzzer); its zeros are made now.
+    x = (torch.rand(4, 4) * 2 - 1).to("mydev").requires_grad_()
+    y = torch.sgn(torch.sin(x.to("lazy")))
+    torch._lazy.mark_step()
+    (grad,) = torch.autograd.grad(y.to("mydev").sum(), x)
+    assert torch.equal(grad.cpu(), torch.zeros(4, 4))

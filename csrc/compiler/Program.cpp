@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <atomic>
 #include <mutex>
@@ -455,6 +456,14 @@ bool same_strides(const at::Tensor& t, const TensorMeta& m) {
     if (m.sizes[d] > 1 && t.stride(static_cast<int64_t>(d)) != m.strides[d]) return false;
   }
   return true;
+}
+
+// The bytes from its storage's start that `t`'s elements reach.
+int64_t extent_bytes(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t last = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return (last + 1) * static_cast<int64_t>(t.element_size());
 }
 
 bool has_geometry(const at::Tensor& t, const TensorMeta& m) {
@@ -1009,6 +1018,10 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
     TORCH_CHECK(!t.is_neg() && !t.is_conj(), "mydev program '", g.name, "': input ", i,
                 " has a lazy negation or conjugation bit; pass it through resolve_neg()/resolve_conj() first");
     if (!host_scalar) {
+      // The kernels read the input's bytes as its geometry says (an efficient zero tensor has none).
+      TORCH_CHECK(!t._is_zerotensor() && static_cast<int64_t>(t.storage().nbytes()) >= extent_bytes(t),
+                  "mydev program '", g.name, "': input ", i, " has ", t.storage().nbytes(),
+                  " bytes of storage, fewer than its own geometry reaches (", extent_bytes(t), ")");
       const int64_t start = t.storage_offset() * static_cast<int64_t>(t.element_size());
       TORCH_CHECK(start + input_low_[i] >= 0 && start + input_reach_[i] <= static_cast<int64_t>(t.storage().nbytes()),
                   "mydev program '", g.name, "': input ", i, " has ", t.storage().nbytes(),
@@ -1281,6 +1294,15 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
         }
       }
     } catch (const c10::Error& e) {
+      // The error is reported at the next synchronisation, and work queued after this program runs first:
+      // its outputs are zeroed so that a kernel reading them as indices reads valid ones, not whatever the
+      // memory held (embedding_bag's backward read a refused forward's offset2bag and crashed).
+      for (size_t k = n_in; k < n_in + n_out; ++k) {
+        const Operand& o = operands[k];
+        void* base = o.hold ? o.hold.mutable_data() : o.base;
+        const size_t nbytes = o.hold ? o.hold.nbytes() : o.nbytes;
+        if (base != nullptr && nbytes != 0 && !o.host.defined()) std::memset(kernel_address(base), 0, nbytes);
+      }
       TORCH_CHECK(false, st.label, ": ", e.what_without_backtrace());
     }
     for (int v : st.release) values[v] = at::Tensor();

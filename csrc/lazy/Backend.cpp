@@ -160,6 +160,8 @@ struct MydevComputation : torch::lazy::Computation {
 
 // What a lazy tensor's data is on the device: contiguous, on the backend device.
 at::Tensor on_device(const at::Tensor& t, const torch::lazy::BackendDevice& device) {
+  // An efficient zero tensor (a real input's sgn gradient) has no storage for a program to read.
+  if (t._is_zerotensor()) return at::zeros(t.sizes(), t.options().device(device_of(device)));
   at::Tensor out = t.to(device_of(device)).contiguous();
   if (t.device().type() != kMyDev) g_metrics.transfer_bytes += static_cast<int64_t>(t.nbytes());
   return out;
