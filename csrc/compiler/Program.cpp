@@ -269,11 +269,18 @@ bool non_overlapping(const TensorMeta& m) {
   return true;
 }
 
-// A meta tensor of `m`'s geometry, over a storage that holds it.
+// An uninitialised tensor of `m`'s geometry, over a storage that holds it.
+at::Tensor empty_with_geometry(const TensorMeta& m, const at::TensorOptions& options) {
+  const int64_t elements = static_cast<int64_t>(m.storage_bytes() / c10::elementSize(m.dtype));
+  return at::empty({elements}, options.dtype(m.dtype)).as_strided(m.sizes, m.strides, m.offset);
+}
+
 at::Tensor meta_tensor(const TensorMeta& m) {
-  const int64_t elements = static_cast<int64_t>(m.storage_bytes() / c10::elementSize(m.dtype)) + m.offset;
-  return at::empty({elements}, at::TensorOptions().dtype(m.dtype).device(at::kMeta))
-      .as_strided(m.sizes, m.strides, m.offset);
+  return empty_with_geometry(m, at::TensorOptions().device(at::kMeta));
+}
+
+TensorMeta meta_of(const at::Tensor& t) {
+  return {t.scalar_type(), t.sizes().vec(), t.strides().vec(), t.storage_offset()};
 }
 
 // An argument of `n` as a meta kernel takes it: values as meta tensors of
@@ -458,22 +465,13 @@ bool same_strides(const at::Tensor& t, const TensorMeta& m) {
   return true;
 }
 
-// The bytes from its storage's start that `t`'s elements reach.
-int64_t extent_bytes(const at::Tensor& t) {
-  if (t.numel() == 0) return 0;
-  int64_t last = t.storage_offset();
-  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-  return (last + 1) * static_cast<int64_t>(t.element_size());
-}
-
 bool has_geometry(const at::Tensor& t, const TensorMeta& m) {
   return t.sizes().vec() == m.sizes && t.storage_offset() == m.offset && same_strides(t, m);
 }
 
 // A copy of `t` laid out with `m`'s geometry (a CPU allocation: device memory, on the worker).
 at::Tensor with_geometry(const at::Tensor& t, const TensorMeta& m) {
-  const int64_t elements = static_cast<int64_t>(m.storage_bytes() / c10::elementSize(m.dtype));
-  at::Tensor out = at::empty({elements}, t.options()).as_strided(m.sizes, m.strides, m.offset);
+  at::Tensor out = empty_with_geometry(m, t.options());
   out.copy_(t);
   return out;
 }
@@ -532,11 +530,8 @@ class HostViews {
 
   at::Tensor operator()(const Operand& o, const TensorMeta& m) {
     if (o.host.defined()) return o.host;
-    // A held storage is read as it is when the task runs, as a TensorImpl
-    // sharing it would be (the caller may have resized it since the launch);
-    // a leased block stays where it was (core/KernelArgs.h).
-    void* base = o.hold ? o.hold.mutable_data() : o.base;
-    const size_t nbytes = o.hold ? o.hold.nbytes() : o.nbytes;
+    void* base = o.data();
+    const size_t nbytes = o.size();
     const c10::Storage* storage = nullptr;
     for (const auto& [b, st] : storages_) {
       if (b == base) storage = &st;
@@ -595,7 +590,6 @@ void Program::build() {
   for (size_t i = 0; i < g.inputs.size(); ++i) where_[g.inputs[i]] = {Location::Input, g.inputs[i], static_cast<int>(i)};
   check_geometry();
   const NodeFacts facts = resolve_nodes();
-  note_reads();
   order_steps(facts);
   stats_.steps = static_cast<int64_t>(steps_.size());
   step_ns_ = std::vector<std::atomic<int64_t>>(steps_.size());
@@ -706,6 +700,11 @@ Program::NodeFacts Program::resolve_nodes() {
     }
     check_results(n, meta, aliased);
   }
+  // A storage is read if any value in it is (a view of it, or itself).
+  read_.assign(g.values.size(), false);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (used_[v]) read_[root(static_cast<int>(v))] = true;
+  }
   return f;
 }
 
@@ -733,24 +732,11 @@ void Program::check_results(const Node& n, const MetaRun& meta, const std::vecto
                       (got.sizes().vec() == want.sizes || (want.numel() == 0 && !aliases && r > 0 && !used_[v])) &&
                       (!aliases || (got.strides().vec() == want.strides && got.storage_offset() == want.offset));
     TORCH_CHECK(same, "mydev compiler: ", n.op, " (line ", n.line, ") gives %", v, " ",
-                TensorMeta{got.scalar_type(), got.sizes().vec(), got.strides().vec(), got.storage_offset()}.str(),
+                meta_of(got).str(),
                 " for the arguments the program gives it, but the program says ", want.str());
     TORCH_CHECK(aliases || non_overlapping(want), "mydev compiler: ", n.op, " (line ", n.line, ") writes %", v, " ",
                 want.str(), ", whose elements overlap in memory");
   }
-}
-
-void Program::note_reads() {
-  const Graph& g = graph_;
-  read_.assign(g.values.size(), false);
-  std::function<void(const Arg&)> note = [&](const Arg& a) {
-    if (a.value >= 0) read_[root(a.value)] = true;
-    for (const Arg& e : a.items) note(e);
-  };
-  for (const Node& n : g.nodes) {
-    for (const Arg& a : n.args) note(a);
-  }
-  for (int v : g.outputs) read_[root(v)] = true;
 }
 
 // The steps: fusion groups and calls, in an order that respects every
@@ -1019,9 +1005,10 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10:
                 " has a lazy negation or conjugation bit; pass it through resolve_neg()/resolve_conj() first");
     if (!host_scalar) {
       // The kernels read the input's bytes as its geometry says (an efficient zero tensor has none).
-      TORCH_CHECK(!t._is_zerotensor() && static_cast<int64_t>(t.storage().nbytes()) >= extent_bytes(t),
-                  "mydev program '", g.name, "': input ", i, " has ", t.storage().nbytes(),
-                  " bytes of storage, fewer than its own geometry reaches (", extent_bytes(t), ")");
+      const size_t extent = meta_of(t).storage_bytes();
+      TORCH_CHECK(!t._is_zerotensor() && t.storage().nbytes() >= extent, "mydev program '", g.name, "': input ", i,
+                  " has ", t.storage().nbytes(), " bytes of storage, fewer than its own geometry reaches (", extent,
+                  ")");
       const int64_t start = t.storage_offset() * static_cast<int64_t>(t.element_size());
       TORCH_CHECK(start + input_low_[i] >= 0 && start + input_reach_[i] <= static_cast<int64_t>(t.storage().nbytes()),
                   "mydev program '", g.name, "': input ", i, " has ", t.storage().nbytes(),
@@ -1167,14 +1154,17 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
   // empty): the planned buffer then holds no values, which is fine only while nothing reads it.
   // One may also lay an output out anew (max_unpool2d's takes its input's memory format): its values are
   // then moved into the program's layout, and the step runs the functional op from then on. True if so.
+  auto refuse_if_read = [&](int v, c10::IntArrayRef got) {
+    TORCH_CHECK(!read_[root(v)], "left its result %", v, " ", got, " (its CPU kernel's fast path does not compute "
+                "it), where the program reads ", g.values[v].meta.str());
+  };
   auto settle_outputs = [&](const Step& st) {
     bool restrided = false;
     for (int v : st.outputs) {
       if (v < 0) continue;
       const TensorMeta& m = g.values[v].meta;
       if (values[v].sizes().vec() != m.sizes) {
-        TORCH_CHECK(!read_[root(v)], "left its result %", v, " ", values[v].sizes(), " (its CPU kernel's fast path "
-                    "does not compute it), where the program reads ", m.str());
+        refuse_if_read(v, values[v].sizes());
       } else if (!has_geometry(values[v], m)) {
         const at::Tensor written = values[v].clone();
         values[v].unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes, m.strides, m.offset);
@@ -1278,9 +1268,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
             TORCH_CHECK(results[k].scalar_type() == want.dtype && (results[k].sizes().vec() == want.sizes || empty),
                         "gave a ", results[k].scalar_type(), results[k].sizes(), " result where the program says ",
                         want.str());
-            TORCH_CHECK(results[k].numel() != 0 || want.numel() == 0 || !read_[v],
-                        "left its result ", k, " empty (its CPU kernel's fast path does not compute it), where the "
-                        "program reads ", want.str());
+            if (results[k].numel() == 0 && want.numel() != 0) refuse_if_read(v, results[k].sizes());
             if (where_[v].kind == Location::Output && where_[v].root == v) {
               if (want.numel() != 0) values[v].copy_(results[k]);
             } else if (where_[v].root == v && results[k].sizes().vec() == want.sizes && !has_geometry(results[k], want)) {
@@ -1299,9 +1287,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       // memory held (embedding_bag's backward read a refused forward's offset2bag and crashed).
       for (size_t k = n_in; k < n_in + n_out; ++k) {
         const Operand& o = operands[k];
-        void* base = o.hold ? o.hold.mutable_data() : o.base;
-        const size_t nbytes = o.hold ? o.hold.nbytes() : o.nbytes;
-        if (base != nullptr && nbytes != 0 && !o.host.defined()) std::memset(kernel_address(base), 0, nbytes);
+        if (o.data() != nullptr && o.size() != 0) std::memset(kernel_address(o.data()), 0, o.size());
       }
       TORCH_CHECK(false, st.label, ": ", e.what_without_backtrace());
     }

@@ -85,6 +85,16 @@ struct Operand {
   size_t nbytes = 0;
   int64_t offset = 0;    // the tensor's storage offset, in elements
   at::Tensor host;       // a 0-dim CPU input: its value at the launch
+
+  // The bytes when the task runs: a held storage's as they are then (the
+  // caller may have resized it since the launch); a leased block's where it was
+  // (core/KernelArgs.h).
+  void* data() const {
+    return hold ? hold.mutable_data() : base;
+  }
+  size_t size() const {
+    return hold ? hold.nbytes() : nbytes;
+  }
 };
 
 // What a node's operator gives on meta tensors of the program's geometry
@@ -136,8 +146,8 @@ class Program : public std::enable_shared_from_this<Program> {
  private:
   explicit Program(Graph graph) : graph_(std::move(graph)) {}
   // build() runs its phases in order: check_geometry, resolve_nodes (which
-  // checks each node's results, check_results), note_reads, order_steps
-  // (StepOrder: fusion groups and calls), place_values.
+  // checks each node's results, check_results), order_steps (StepOrder: fusion
+  // groups and calls), place_values.
   struct NodeFacts;
   class StepOrder;
   friend class StepOrder;
@@ -145,7 +155,6 @@ class Program : public std::enable_shared_from_this<Program> {
   void check_geometry();
   NodeFacts resolve_nodes();
   void check_results(const Node& n, const MetaRun& meta, const std::vector<int>& aliased) const;
-  void note_reads();
   void check_reach(const Node& n, int out, int base);
   void order_steps(const NodeFacts& facts);
   void place_values();

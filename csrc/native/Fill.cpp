@@ -36,31 +36,32 @@ bool memset_fills(const at::Tensor& self) {
          self.is_non_overlapping_and_dense();
 }
 
-void memset_zero(const at::Tensor& self) {
+// Runs `body` over `self`'s dense elements. A short one runs at the call on an
+// idle stream, or inside the kernel it is nested in (the CPU's sum zeroes its
+// output first): no task, no reference held. Queued, it cost a short sum a
+// task, a lease and a second launch.
+template <class Body>
+void over_dense_elements(const at::Tensor& self, const char* label, Body body) {
   const c10::DeviceIndex device = self.device().index();
+  const bool short_kernel = is_short_kernel(self.numel());
+  if (short_kernel && launch_if_idle(device, label, body)) return;
+  KernelArgs held(device);
+  launch_async(device, label, [body, keep = held.keep(self.storage())] { body(); }, short_kernel, &held);
+}
+
+void memset_zero(const at::Tensor& self) {
   const size_t nbytes = static_cast<size_t>(self.numel()) * self.element_size();
   if (nbytes == 0) return;
-  // A short one runs at the call on an idle stream, or inside the kernel it is
-  // nested in (the CPU's sum zeroes its output first): no task, no reference
-  // held. Queued, it cost a short sum a task, a lease and a second launch.
   void* data = self.data_ptr();
-  if (is_short_kernel(self.numel()) &&
-      launch_if_idle(device, "aten::zero_", [data, nbytes] { std::memset(kernel_address(data), 0, nbytes); })) {
-    return;
-  }
-  KernelArgs held(device);
-  launch_async(device, "aten::zero_", [data, nbytes, keep = held.keep(self.storage())] {
-    std::memset(kernel_address(data), 0, nbytes);
-  }, is_short_kernel(self.numel()), &held);
+  over_dense_elements(self, "aten::zero_", [data, nbytes] { std::memset(kernel_address(data), 0, nbytes); });
 }
 
 // A dense fill with any value: the value converted at the call (raising as
-// the CPU's fill does for one the dtype cannot hold), then each element set,
-// at the call on an idle stream or as a kernel. It needs no host kernel, whose
-// first call of a signature runs at the call: a capture must not depend on
-// whether the warm-up's fill found the stream idle (backward's ones_like was
-// refused in a capture after a warm-up that had filled at the call). False for
-// a dtype it does not handle.
+// the CPU's fill does for one the dtype cannot hold), then each element set.
+// It needs no host kernel, whose first call of a signature runs at the call:
+// a capture must not depend on whether the warm-up's fill found the stream
+// idle (backward's ones_like was refused in a capture after a warm-up that had
+// filled at the call). False for a dtype it does not handle.
 bool fill_dense(const at::Tensor& self, const at::Scalar& value) {
   switch (self.scalar_type()) {
     case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong: case at::kBool:
@@ -70,21 +71,16 @@ bool fill_dense(const at::Tensor& self, const at::Scalar& value) {
     default:
       return false;
   }
-  bool handled = false;
   AT_DISPATCH_V2(self.scalar_type(), "fill_", AT_WRAP([&] {
     const scalar_t converted = value.to<scalar_t>();
-    const c10::DeviceIndex device = self.device().index();
     const int64_t n = self.numel();
-    handled = true;
     if (n == 0) return;
     void* data = self.data_ptr();
-    auto body = [data, n, converted] { std::fill_n(static_cast<scalar_t*>(kernel_address(data)), n, converted); };
-    if (is_short_kernel(n) && launch_if_idle(device, "aten::fill_", body)) return;
-    KernelArgs held(device);
-    launch_async(device, "aten::fill_", [body, keep = held.keep(self.storage())] { body(); }, is_short_kernel(n),
-                 &held);
+    over_dense_elements(self, "aten::fill_", [data, n, converted] {
+      std::fill_n(static_cast<scalar_t*>(kernel_address(data)), n, converted);
+    });
   }), AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kBool, at::kHalf, at::kBFloat16);
-  return handled;
+  return true;
 }
 
 // The CPU's fill_ (fill_out) over `self` at its kernel addresses, if it is
