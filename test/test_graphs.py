@@ -1,4 +1,5 @@
 """Device graphs: torch.mydev.MyDevGraph / graph / make_graphed_callables / MemPool, against eager."""
+import copy
 import os
 import subprocess
 import sys
@@ -498,6 +499,69 @@ def test_compile_reduce_overhead_replays_mydev_graphs(monkeypatch):
     assert len({id(g) for g in replays}) == 2  # one forward graph, one backward graph
     assert len(replays) >= 2 * 3  # replayed on every step after the capture
     assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == 0
+    torch._dynamo.reset()
+
+
+def _replay_counter(monkeypatch):
+    replays = []
+    replay = torch.mydev.MyDevGraph.replay
+    monkeypatch.setattr(torch.mydev.MyDevGraph, "replay", lambda self: (replays.append(self), replay(self))[1])
+    return replays
+
+
+def test_reduce_overhead_writes_mutated_buffers_once_a_call(monkeypatch):
+    """A BatchNorm's running statistics, inputs the graph mutates at static addresses: the recording's
+    warm-up run writes them too, and the first replay must not write them a second time."""
+    replays = _replay_counter(monkeypatch)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).train()
+    model = copy.deepcopy(ref).to(DEV)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        with torch.no_grad():
+            got, want = compiled(x.to(DEV)).cpu(), ref(x)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        for buffer, expected in zip(model[1].buffers(), ref[1].buffers()):
+            torch.testing.assert_close(buffer.cpu(), expected, rtol=1e-5, atol=1e-6)
+    assert len(replays) == 3
+    torch._dynamo.reset()
+
+
+def test_reduce_overhead_runs_a_graph_mutating_another_input_without_recording_it(monkeypatch):
+    """An input the graph mutates that is not at a static address would be written in the graph's copy of it
+    and lost: as cudagraph trees do, the callable runs as compiled and Inductor counts a skip."""
+    replays = _replay_counter(monkeypatch)
+    torch._dynamo.reset()
+
+    def accumulate(x, total):
+        total.add_(x)
+        return x * 2
+
+    compiled = torch.compile(accumulate, mode="reduce-overhead")
+    total, want = torch.zeros(4, device=DEV), torch.zeros(4)
+    for step in range(3):
+        x = torch.full((4,), float(step + 1))
+        out = compiled(x.to(DEV), total)
+        accumulate(x, want)
+        torch.testing.assert_close(out.cpu(), x * 2)
+        torch.testing.assert_close(total.cpu(), want)
+    assert replays == []
+    assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == 1
+    torch._dynamo.reset()
+
+
+def test_reduce_overhead_records_a_graph_per_size_with_dynamic_shapes(monkeypatch):
+    """With dynamic shapes one compiled graph serves every size; each size gets a recording of its own, as
+    cudagraph trees key theirs by the integer inputs."""
+    replays = _replay_counter(monkeypatch)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: x.sum(0) * 2, mode="reduce-overhead", dynamic=True)
+    for n in (3, 5, 3, 7, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x.to(DEV)).cpu(), x.sum(0) * 2)
+    assert len(replays) == 5 and len({id(g) for g in replays}) == 3
     torch._dynamo.reset()
 
 

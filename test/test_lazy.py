@@ -56,6 +56,8 @@ def test_training_matches_eager_and_steady_state_compiles_nothing(name):
     my_device.reset_fallback_counts()
     with my_device.track_fallbacks() as fb:
         for step in range(5):
+            if step == 3:
+                compiled = ml.metrics()["graphs_compiled"]
             x = make_input()
             for m, opt, dev in ((eager, opt_e, "mydev"), (lazy_model, opt_l, "lazy")):
                 opt.zero_grad()
@@ -223,7 +225,8 @@ def test_the_eager_fallback_takes_host_made_tensors_and_index_lists():
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 def test_adamw_and_cross_entropy_train_as_eager_with_no_fallback(name):
     # AdamW (single-tensor: lazy tensors get no foreach kernels) and cross_entropy on class targets trace
-    # whole: one graph a step, nothing falls back.
+    # whole: one graph a step, nothing falls back. The bias corrections, new numbers at every step, are
+    # given to the program on the device once they change: from the fourth step on nothing compiles.
     model, make_input = _models()[name]
     lazy_model = copy.deepcopy(model).to("lazy")
     eager = model.to("mydev")
@@ -234,6 +237,8 @@ def test_adamw_and_cross_entropy_train_as_eager_with_no_fallback(name):
     before = ml.metrics()
     with my_device.track_fallbacks() as fb:
         for step in range(5):
+            if step == 3:
+                compiled = ml.metrics()["graphs_compiled"]
             x = make_input()
             target = torch.randint(0, 4, x.shape[:1] if name != "transformer" else (x.shape[0], 5))
             for m, opt, dev in ((eager, opt_e, "mydev"), (lazy_model, opt_l, "lazy")):
@@ -246,6 +251,7 @@ def test_adamw_and_cross_entropy_train_as_eager_with_no_fallback(name):
     after = ml.metrics()
     assert fb.counts() == {}
     assert after["executions"] - before["executions"] == 5
+    assert after["graphs_compiled"] == compiled
     for p, q in zip(lazy_model.parameters(), eager.parameters()):
         torch.testing.assert_close(p.to("mydev"), q, rtol=1e-4, atol=1e-5)
 
@@ -437,3 +443,39 @@ def test_the_gradient_of_sgn_of_a_computed_value_reaches_a_mydev_leaf():
     torch._lazy.mark_step()
     (grad,) = torch.autograd.grad(y.to("mydev").sum(), x)
     assert torch.equal(grad.cpu(), torch.zeros(4, 4))
+
+
+def _run_lazily_and_eagerly(fn, *inputs):
+    got = fn(*(t.to("mydev").to("lazy") for t in inputs))
+    torch._lazy.mark_step()
+    return got.cpu(), fn(*(t.to("mydev") for t in inputs)).cpu()
+
+
+def test_a_number_that_changes_becomes_a_device_input_with_eager_results_bit_for_bit():
+    # A Python number is folded into the program until its value changes; then the program takes it as a
+    # 0-dim device tensor, and its later values reuse that program. The ops it reaches take it through their
+    # Tensor overloads (div.Scalar -> div.Tensor) or, for addcdiv's value, as addcdiv's own arithmetic.
+    torch.manual_seed(0)
+    p, a, b = torch.randn(5, 6), torch.randn(5, 6), torch.rand(5, 6) + 0.5
+
+    def step(p, a, b, s):
+        return p.addcdiv(a, b, value=-s) + a / (s * 3.0) - torch.lerp(a, b, s / 7)
+
+    compiled = []
+    for s in (0.1, 0.25, 0.7, 1e-3, 123.5):
+        before = ml.metrics()["graphs_compiled"]
+        got, want = _run_lazily_and_eagerly(lambda p, a, b: step(p, a, b, s), p, a, b)
+        compiled.append(ml.metrics()["graphs_compiled"] - before)
+        assert got.dtype == want.dtype and torch.equal(got, want), s
+    assert compiled[2:] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float16])
+def test_a_changing_number_that_would_promote_otherwise_as_a_tensor_stays_folded(dtype):
+    # An integer tensor times a float number is float32 (the default dtype) but times a 0-dim float64
+    # tensor float64; a 0-dim float16 tensor times a number stays float16. Such programs fold the number.
+    x = torch.arange(6, dtype=dtype).reshape(2, 3) if dtype == torch.int64 else torch.tensor(1.5, dtype=dtype)
+    for s in (0.5, 1.25, 3.0):
+        got, want = _run_lazily_and_eagerly(lambda x: x * s, x)
+        assert got.dtype == want.dtype and torch.equal(got, want), s
+

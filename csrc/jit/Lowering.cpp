@@ -186,7 +186,8 @@ class Lowerer {
     out_.graph.name = name;
   }
 
-  LoweredGraph run(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs) {
+  LoweredGraph run(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
+                  const std::vector<bool>* numbers) {
     const auto& formals = graph->inputs();
     TORCH_CHECK(inputs.size() == formals.size(), "mydev: the graph takes ", formals.size(), " inputs, ",
                 inputs.size(), " given");
@@ -196,6 +197,7 @@ class Lowerer {
         const at::Tensor& t = inputs[i].toTensor();
         if (device_ < 0 && t.device().type() == kMyDev) device_ = t.device().index();
         e = new_value(t, -1);
+        e.scalar = numbers && i < numbers->size() && (*numbers)[i] && t.dim() == 0;
         out_.graph.inputs.push_back(e.value);
         out_.input_slots.push_back(static_cast<int>(out_.graph.inputs.size()) - 1);
       } else {
@@ -400,13 +402,58 @@ class Lowerer {
       return;
     }
     for (size_t i = 0; i < ins.size(); ++i) {
-      if (ins[i].scalar && schema->arguments()[i].type()->kind() != c10::TypeKind::TensorType) {
-        op = tensor_overload(*op, i);
-        if (!op) unsupported(node, "a number computed on the device is passed where it takes a Scalar");
+      if (!ins[i].scalar) continue;
+      if (kind == c10::aten::pow) unsupported(node, "its exponent is a number on the device (pow answers some exponents otherwise)");
+      if (!promotes_like_a_number(ins, i)) {
+        unsupported(node, "a number on the device would promote otherwise than a number here (its other tensors "
+                          "are 0-dim or of a lower kind)");
       }
+      if (schema->arguments()[i].type()->kind() == c10::TypeKind::TensorType) continue;
+      if (kind == c10::aten::addcdiv && i == 3 && ins.size() == 4) {
+        env_[node->output()] = addcdiv_by(node, ins);
+        return;
+      }
+      op = tensor_overload(*op, i);
+      if (!op) unsupported(node, "a number computed on the device is passed where it takes a Scalar");
     }
     const std::vector<Entry> outs = emit(node, *op, ins, node->outputs().size());
     for (size_t i = 0; i < outs.size(); ++i) env_[node->outputs()[i]] = outs[i];
+  }
+
+  // Whether op(..., number i, ...) computes in the dtype it would with a Python number there. A number
+  // is a wrapped 0-dim tensor to type promotion, which ranks it below 0-dim tensors; a plain 0-dim
+  // tensor of its value (float64 for a float) computes in the same dtype as long as some dimensioned
+  // tensor of at least its kind takes part and no other 0-dim tensor does.
+  static bool promotes_like_a_number(const std::vector<Entry>& ins, size_t i) {
+    const at::ScalarType number = ins[i].meta.scalar_type();
+    bool dimensioned = false, of_its_kind = false;
+    for (size_t j = 0; j < ins.size(); ++j) {
+      if (j == i || ins[j].value < 0) continue;
+      if (ins[j].meta.dim() == 0) return false;
+      dimensioned = true;
+      const at::ScalarType t = ins[j].meta.scalar_type();
+      of_its_kind = of_its_kind || at::isComplexType(t) ||
+                    (at::isFloatingType(t) && !at::isComplexType(number)) ||
+                    (!at::isFloatingType(number) && !at::isComplexType(number));
+    }
+    return dimensioned && of_its_kind;
+  }
+
+  // addcdiv(self, t1, t2, value) with its value on the device, which no overload takes: self + value * t1 / t2
+  // in the order the CPU kernel computes it, so with the same result bit for bit. Only where the three
+  // tensors share a floating dtype, so that no step promotes.
+  Entry addcdiv_by(const Node* node, const std::vector<Entry>& ins) {
+    for (size_t j = 0; j < 3; ++j) {
+      if (ins[j].value < 0 || ins[j].scalar || !at::isFloatingType(ins[j].meta.scalar_type()) ||
+          ins[j].meta.scalar_type() != ins[0].meta.scalar_type()) {
+        unsupported(node, "its value is a number on the device and its tensors are not of one floating dtype");
+      }
+    }
+    Entry one;
+    one.constant = int64_t{1};
+    const Entry scaled = emit(node, "aten::mul.Tensor", {ins[1], ins[3]}, 1)[0];
+    const Entry quotient = emit(node, "aten::div.Tensor", {scaled, ins[2]}, 1)[0];
+    return emit(node, "aten::add.Tensor", {ins[0], quotient, one}, 1)[0];
   }
 
   std::vector<Entry> emit(const Node* node, const char* name, const std::vector<Entry>& ins, size_t n_out) {
@@ -477,8 +524,9 @@ class Lowerer {
 } // namespace
 
 LoweredGraph lower(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
-                   const std::string& name, const std::unordered_map<torch::jit::Node*, int64_t>* debug_handles) {
-  return Lowerer(name, debug_handles).run(graph, inputs);
+                   const std::string& name, const std::unordered_map<torch::jit::Node*, int64_t>* debug_handles,
+                   const std::vector<bool>* numbers) {
+  return Lowerer(name, debug_handles).run(graph, inputs, numbers);
 }
 
 bool lowerable(const torch::jit::Node* node) {

@@ -34,10 +34,15 @@ struct LoweredGraph {
 // (tensors give their geometry; other values are folded in). A node the
 // program cannot express raises c10::Error quoting its source range.
 // `debug_handles`, if given, maps nodes to the handles recorded in the IR's
-// source annotations.
+// source annotations. `numbers`, if given, marks the inputs that are 0-dim
+// tensors standing for numbers (a lazy graph's Python numbers, kept on the
+// device so that a new value needs no new program): each op reading one takes
+// it as a tensor, and is refused where that would promote otherwise than the
+// number did.
 LoweredGraph lower(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
                    const std::string& name,
-                   const std::unordered_map<torch::jit::Node*, int64_t>* debug_handles = nullptr);
+                   const std::unordered_map<torch::jit::Node*, int64_t>* debug_handles = nullptr,
+                   const std::vector<bool>* numbers = nullptr);
 
 // The same check lower() applies to one node, for the fusion pass: whether a
 // program can express it (an ATen op with a schema and CPU and Meta kernels).

@@ -23,10 +23,13 @@
 #include <torch/csrc/lazy/ts_backend/ts_lowering_context.h>
 #include <ATen/ops/scalar_tensor.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "Lazy.h"
 #include "compiler/Program.h"
@@ -114,6 +117,15 @@ struct MydevComputation : torch::lazy::Computation {
   std::vector<bool> numeric;  // per graph input: read as a number (see MydevData)
   std::vector<size_t> number_copies;  // per graph input after the parameters: the parameter it reads
   std::map<std::vector<int64_t>, Lowered> programs;  // by program_for's key
+  // Per argument (after number_copies): the number it last carried, and whether that number has
+  // changed between runs. A number that changes (an optimizer's bias correction, a scheduled learning
+  // rate) is given to the program as a 0-dim device tensor, so its next values reuse the program; the
+  // others stay folded in as constants, where fused kernels use them best. Dynamo's automatic dynamic
+  // shapes make the same bet. `numbers_folded`: a program could not take them on the device (an op
+  // that would promote otherwise, or has no overload for it): every number is folded again.
+  std::vector<std::optional<int64_t>> last_number;
+  std::vector<bool> varying;
+  bool numbers_folded = false;
   std::vector<std::string> names;
   std::vector<torch::lazy::Shape> shapes;
   torch::lazy::Shape result;
@@ -136,11 +148,13 @@ struct MydevComputation : torch::lazy::Computation {
 
   // The program for these arguments, lowered at the first execution with
   // this key (the number values and the tensors' geometry).
-  const Lowered& program_for(const std::vector<c10::IValue>& args, const std::vector<int64_t>& key) {
+  // `numbers`: per argument, a 0-dim tensor standing for a number.
+  const Lowered& program_for(const std::vector<c10::IValue>& args, const std::vector<int64_t>& key,
+                             const std::vector<bool>& numbers) {
     auto it = programs.find(key);
     if (it != programs.end()) return it->second;
-    jit::LoweredGraph lowered =
-        jit::lower(graph, args, "lazy_graph_" + std::to_string(g_metrics.graphs_compiled.load()));
+    jit::LoweredGraph lowered = jit::lower(graph, args, "lazy_graph_" + std::to_string(g_metrics.graphs_compiled.load()),
+                                           nullptr, &numbers);
     c10::Device device(kMyDev, current_device());
     for (const auto& a : args) {
       if (a.isTensor()) device = a.toTensor().device();
@@ -251,42 +265,73 @@ class MydevBackend : public torch::lazy::BackendImplInterface {
                                                               c10::ArrayRef<torch::lazy::BackendDataPtr> arguments,
                                                               const torch::lazy::BackendDevice& device) const override {
     auto c = std::static_pointer_cast<MydevComputation>(computation);
-    std::vector<c10::IValue> args;
-    // Numbers are folded into the program: one program per set of values (and per input geometry).
-    std::vector<int64_t> program_key;
     std::vector<torch::lazy::BackendDataPtr> inputs_data(arguments.begin(), arguments.end());
     for (size_t parameter : c->number_copies) inputs_data.push_back(arguments[parameter]);
-    auto add_number = [&](const at::Scalar& n, c10::IValue value) {
-      args.push_back(std::move(value));
-      const double d = n.isFloatingPoint() ? n.toDouble() : static_cast<double>(n.toLong());
-      int64_t bits;
-      std::memcpy(&bits, &d, sizeof bits);
-      program_key.push_back(bits);
-    };
-    for (const auto& a : inputs_data) {
-      auto ts = std::static_pointer_cast<torch::lazy::TSData>(a);
-      auto mine = std::dynamic_pointer_cast<MydevData>(a);
-      if (!ts->scalar && c->numeric[args.size()] && ts->HasValue()) {
-        // A 0-dim tensor some op reads as a number: the number, from the host if known.
-        const at::Scalar n = mine && mine->host_value ? *mine->host_value : ts->data().item();
-        add_number(n, n.isFloatingPoint() ? c10::IValue(n.toDouble())
-                      : n.isBoolean()     ? c10::IValue(n.toBool())
-                                          : c10::IValue(n.toLong()));
-      } else if (ts->scalar) {
-        const at::Scalar& n = *ts->scalar;
-        add_number(n, n.isFloatingPoint() ? c10::IValue(n.toDouble()) : c10::IValue(n.toLong()));
-      } else {
+    if (c->last_number.size() != inputs_data.size()) {
+      c->last_number.assign(inputs_data.size(), std::nullopt);
+      c->varying.assign(inputs_data.size(), false);
+    }
+    std::vector<c10::IValue> args;
+    std::vector<bool> numbers;
+    // Folded numbers are part of the program: one program per set of their values (and per input geometry).
+    std::vector<int64_t> program_key;
+    auto build_arguments = [&] {
+      args.clear();
+      numbers.clear();
+      program_key.clear();
+      for (size_t i = 0; i < inputs_data.size(); ++i) {
+        auto ts = std::static_pointer_cast<torch::lazy::TSData>(inputs_data[i]);
+        auto mine = std::dynamic_pointer_cast<MydevData>(inputs_data[i]);
+        // A 0-dim tensor some op reads as a number (its value from the host if known), or a number LTC kept.
+        const bool device_number = !ts->scalar && c->numeric[i] && ts->HasValue();
+        if (device_number || ts->scalar) {
+          const at::Scalar n = ts->scalar ? *ts->scalar : mine && mine->host_value ? *mine->host_value : ts->data().item();
+          const double d = n.isFloatingPoint() ? n.toDouble() : static_cast<double>(n.toLong());
+          int64_t bits;
+          std::memcpy(&bits, &d, sizeof bits);
+          if (!c->numbers_folded && c->last_number[i] && *c->last_number[i] != bits) c->varying[i] = true;
+          c->last_number[i] = bits;
+          if (c->varying[i] && !c->numbers_folded) {
+            at::Tensor t = device_number ? ts->data()
+                                         : at::scalar_tensor(n, at::TensorOptions().dtype(n.isFloatingPoint() ? at::kDouble
+                                                                                          : n.isBoolean()   ? at::kBool
+                                                                                                            : at::kLong))
+                                               .to(device_of(device));
+            program_key.push_back(std::numeric_limits<int64_t>::min());
+            program_key.push_back(static_cast<int64_t>(t.scalar_type()));
+            args.emplace_back(std::move(t));
+            numbers.push_back(true);
+            continue;
+          }
+          args.push_back(n.isFloatingPoint()             ? c10::IValue(n.toDouble())
+                         : n.isBoolean() && !ts->scalar ? c10::IValue(n.toBool())
+                                                        : c10::IValue(n.toLong()));
+          numbers.push_back(false);
+          program_key.push_back(bits);
+          continue;
+        }
         TORCH_CHECK(ts->HasValue(), "mydev lazy backend: an argument of the graph has no data");
         const at::Tensor& data = ts->data();
         args.emplace_back(data);
+        numbers.push_back(false);
         // LTC's graph hash covers sizes; a program is compiled for its inputs' exact geometry, and device
         // data of the same sizes may come with other strides (an empty or one-element tensor's strides are
         // free) or, for a 0-dim tensor, another dtype: those get a program of their own.
         program_key.push_back(static_cast<int64_t>(data.scalar_type()));
         program_key.insert(program_key.end(), data.strides().begin(), data.strides().end());
       }
+    };
+    build_arguments();
+    const MydevComputation::Lowered* found = nullptr;
+    try {
+      found = &c->program_for(args, program_key, numbers);
+    } catch (const c10::Error&) {
+      if (c->numbers_folded || std::find(numbers.begin(), numbers.end(), true) == numbers.end()) throw;
+      c->numbers_folded = true;
+      build_arguments();
+      found = &c->program_for(args, program_key, numbers);
     }
-    const MydevComputation::Lowered& l = c->program_for(args, program_key);
+    const MydevComputation::Lowered& l = *found;
     std::vector<at::Tensor> inputs;
     for (size_t i = 0; i < args.size(); ++i) {
       if (l.input_slots[i] >= 0 && args[i].isTensor()) inputs.push_back(args[i].toTensor());

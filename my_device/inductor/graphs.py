@@ -13,8 +13,8 @@ Three changes to Inductor, installed when its modules are imported (HOOKS), each
   cudagraph trees (the default on CUDA) call torch.cuda's allocator and graph internals directly.
 The replayed semantics are therefore those of CUDA with `torch._inductor.config.triton.cudagraph_trees =
 False`: each compiled graph captures on its first call and replays afterwards, returning the same output
-tensors each time (a later call overwrites an earlier call's outputs). test_graphs.py notices when torch
-accepts mydev by itself.
+tensors each time (a later call overwrites an earlier call's outputs), with what trees do about dynamic shapes
+and mutated inputs (_mydev_graphs). test_graphs.py notices when torch accepts mydev by itself.
 """
 import threading
 
@@ -44,6 +44,46 @@ def install_device_check(cudagraph_utils) -> None:
                      test=_WHY_TEST)
 
 
+def _mydev_graphs(model, static_input_idxs, mutated_input_idxs, placeholders, mydev_impl):
+    """`model` replayed as mydev graphs with what cudagraph trees add to the non-tree implementation on CUDA:
+    - one graph per value of the integer inputs (dynamic shapes): the non-tree implementation records once
+      and replays it for any sizes (Inductor specialises integers only when trees are off, and they are on);
+    - a graph that mutates an input Inductor does not hold at a static address is not recorded: the write
+      would land in the graph's copy of the input and be lost; the callable runs as compiled, with
+      Inductor's skip message and counter;
+    - static inputs the graph mutates (a BatchNorm's running statistics, a compiled optimizer's state) are
+      restored after the recording's warm-up run, which has written them once already, so that the first
+      replay writes them once in all."""
+    from torch._dynamo import utils as dynamo_utils
+    from torch._inductor import cudagraph_utils
+
+    static = set(static_input_idxs)
+    unmanaged = [i for i in mutated_input_idxs if i not in static]
+    if unmanaged:
+        cudagraph_utils.log_cudagraph_skip_and_bump_counter(
+            cudagraph_utils.get_mutation_stack_trace(placeholders, unmanaged))
+        return model
+    mutated_static = [i for i in mutated_input_idxs if i in static]
+    graphs = {}
+
+    def record(inputs):
+        saved = [(inputs[i], inputs[i].clone()) for i in mutated_static if isinstance(inputs[i], torch.Tensor)]
+        with dynamo_utils.preserve_rng_state():
+            fn = mydev_impl(model, inputs, static_input_idxs)
+        for tensor, before in saved:
+            tensor.copy_(before)
+        return fn
+
+    def run(inputs):
+        key = tuple(x for x in inputs if isinstance(x, int))
+        fn = graphs.get(key)
+        if fn is None:
+            fn = graphs[key] = record(inputs)
+        return fn(inputs)
+
+    return run
+
+
 def install_cudagraphify(compile_fx) -> None:
     original = compile_fx.cudagraphify
     from ..mydev.graphs import _with_mydev_as_cuda
@@ -58,10 +98,8 @@ def install_cudagraphify(compile_fx) -> None:
             fn = getattr(state, "fn", None)
             if fn is None:
                 if _on_mydev(new_inputs):
-                    from torch._dynamo import utils as dynamo_utils
-
-                    with dynamo_utils.preserve_rng_state():
-                        fn = mydev_impl(model, new_inputs, static_input_idxs)
+                    fn = _mydev_graphs(model, static_input_idxs, kwargs.get("mutated_input_idxs", ()),
+                                       kwargs.get("placeholders", ()), mydev_impl)
                 else:
                     fn = on_other_devices
                 state.fn = fn
