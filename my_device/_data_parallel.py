@@ -130,9 +130,58 @@ def _wrap(name, mine, tensors_of):
                      test="test_data_parallel.py::test_cpu_torch_still_lacks_the_comm_bindings")
 
 
+class _WithAutocast:
+    """A replica called inside the caller's mydev autocast region, entered in the worker thread."""
+
+    def __init__(self, module, enabled, dtype, cache):
+        self.module, self.enabled, self.dtype, self.cache = module, enabled, dtype, cache
+
+    def __call__(self, *args, **kwargs):
+        with torch.autocast(DEVICE, dtype=self.dtype, enabled=self.enabled, cache_enabled=self.cache):
+            return self.module(*args, **kwargs)
+
+
+def _install_autocast_in_replicas():
+    # Workaround for torch 2.13: parallel_apply reopens the caller's autocast region in each worker thread
+    # from torch.is_autocast_enabled(), which with no device type asks about CUDA, and with the device's
+    # default dtype (autocast's state is per thread): on mydev the replicas ran in float32 inside a
+    # bfloat16 region. Replicas on mydev get the caller's mydev region, its dtype included.
+    import importlib
+
+    # (torch.nn.parallel.parallel_apply names the function; its module is reached by import_module)
+    module = importlib.import_module("torch.nn.parallel.parallel_apply")
+    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+
+    original = module.parallel_apply
+
+    @functools.wraps(original)
+    def parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
+        if torch.is_autocast_enabled(DEVICE) and _on_mydev(_tensors_in(inputs)):
+            state = (True, torch.get_autocast_dtype(DEVICE), torch.is_autocast_cache_enabled())
+            modules = [_WithAutocast(m, *state) for m in modules]
+        return original(modules, inputs, kwargs_tup, devices)
+
+    for owner in (module, data_parallel):
+        _patches.replace(owner, "parallel_apply", parallel_apply, target=f"{owner.__name__}.parallel_apply",
+                         why="its worker threads reopen CUDA's autocast region, not the device's, so replicas on "
+                             "mydev ran outside autocast",
+                         test="test_data_parallel.py::test_torch_replicas_still_run_outside_mydev_autocast")
+
+
+def _tensors_in(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors_in(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors_in(item)]
+    return []
+
+
 def install():
     if getattr(comm.scatter, "_torch_original", None) is not None:
         return
+    _install_autocast_in_replicas()
     first = lambda tensor, *args, **kwargs: [tensor]  # noqa: E731
     listed = lambda tensors, *args, **kwargs: list(tensors)  # noqa: E731
     _wrap("broadcast", broadcast, first)

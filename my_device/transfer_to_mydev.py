@@ -629,6 +629,28 @@ def _patch_inductor_system_key():
     my_device.when_imported("torch._inductor.codecache", patch)
 
 
+def _patch_accelerate():
+    # accelerate (which transformers' Trainer trains through) refuses fp16 mixed precision on a device type
+    # outside a list written into Accelerator.__init__ ("cuda", "npu", "xpu"...): a CUDA script's Trainer
+    # with fp16=True failed on mydev. The list is a constant of that function, so the function gets a copy
+    # of its code whose list names mydev too; nothing else changes. Waits for the import.
+    # test_transfer_to_mydev.py::test_accelerate_still_refuses_fp16_on_mydev notices when the list names it.
+    def patch(accelerator):
+        init = accelerator.Accelerator.__init__
+        lists = [c for c in init.__code__.co_consts if isinstance(c, tuple) and "cuda" in c and "npu" in c]
+        if len(lists) != 1 or "mydev" in lists[0]:
+            return
+        consts = tuple(c + ("mydev",) if c is lists[0] else c for c in init.__code__.co_consts)
+        patched = functools.wraps(init)(type(init)(init.__code__.replace(co_consts=consts), init.__globals__,
+                                                   init.__name__, init.__defaults__, init.__closure__))
+        patched.__kwdefaults__ = init.__kwdefaults__
+        patched._torch_original = init
+        accelerator.Accelerator.__init__ = patched
+        _redirected["accelerate.Accelerator"] = "fp16 mixed precision accepts mydev"
+
+    my_device.when_imported("accelerate.accelerator", patch)
+
+
 def redirections() -> dict:
     """What this module redirected: {"torch.cuda.synchronize": "torch.mydev.synchronize", ...}."""
     return dict(_redirected)
@@ -652,6 +674,7 @@ def _install():
     _patch_torchscript()
     _patch_distributed()
     _patch_profiler()
+    _patch_accelerate()
 
 
 _install()

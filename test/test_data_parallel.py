@@ -83,3 +83,28 @@ def test_cpu_torch_still_lacks_the_comm_bindings():
     # my_device/_data_parallel.py stands in for these; once a CPU build has them for
     # every device, the module can go.
     assert not hasattr(torch._C, "_scatter") and not hasattr(torch._C, "_broadcast_coalesced")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_replicas_run_in_the_callers_autocast_region(dtype):
+    # Each replica computes in the caller's autocast dtype, as the module on one device does.
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to("mydev")
+    x = torch.randn(6, 8, device="mydev")
+    with torch.autocast("mydev", dtype=dtype):
+        want = module(x)
+        got = nn.DataParallel(module, device_ids=[0, 1])(x)
+    assert got.dtype == want.dtype == dtype
+    torch.testing.assert_close(got.cpu(), want.cpu(), rtol=0, atol=0)
+
+
+def test_torch_replicas_still_run_outside_mydev_autocast():
+    # my_device/_data_parallel.py reopens the caller's mydev autocast region in each replica; once torch's
+    # parallel_apply does so by itself, the wrapper can go.
+    from my_device import _patches
+    from torch.nn.parallel.data_parallel import parallel_apply
+
+    module = nn.Linear(4, 4).to("mydev")
+    with torch.autocast("mydev", dtype=torch.bfloat16):
+        (out,) = _patches.original(parallel_apply)([module], [(torch.randn(2, 4, device="mydev"),)], None, [0])
+    assert out.dtype == torch.float32

@@ -188,3 +188,23 @@ def test_mixed_precision_training_follows_float32(name):
     for state in (bf16_state, fp16_state):
         for k, v in state.items():
             assert v.dtype == model.state_dict()[k].dtype and bool(torch.isfinite(v.float()).all()), k
+
+
+def test_hugging_face_loaders_reach_mydev_as_documented(tmp_path):
+    # docs/models.md: device_map="auto" places on the CPU (accelerate knows no mydev), a named mydev device_map
+    # places on mydev; safetensors refuses the device name, and loading onto the CPU then moving works.
+    import safetensors.torch
+
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=32, n_positions=16)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    want = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).state_dict()
+    for device_map, device in (("auto", "cpu"), ("mydev", "mydev:0"), ({"": "mydev:1"}, "mydev:1")):
+        model = transformers.GPT2LMHeadModel.from_pretrained(tmp_path, device_map=device_map)
+        for name, value in model.state_dict().items():
+            assert str(value.device) == device, (device_map, name)
+            torch.testing.assert_close(value.cpu(), want[name], rtol=0, atol=0)
+    path = str(tmp_path / "model.safetensors")
+    with pytest.raises(Exception, match="device mydev is invalid"):
+        safetensors.torch.load_file(path, device="mydev")
+    moved = {k: v.to("mydev") for k, v in safetensors.torch.load_file(path).items()}
+    assert moved and all(v.device.type == "mydev" for v in moved.values())

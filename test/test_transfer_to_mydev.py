@@ -2,6 +2,9 @@
 interpreter, since the module patches torch for the rest of its process."""
 import json
 
+import pytest
+import torch
+
 # A script as written for CUDA: model, optimizer, .cuda(), device="cuda", torch.cuda.amp (autocast and
 # GradScaler), torch.cuda.synchronize(), events, memory statistics, saving and loading. It prints what it
 # saw; the same training then runs on CPU (CPU autocast in float16 and CPU GradScaler) for reference.
@@ -528,3 +531,62 @@ def test_torchscript_code_naming_cuda_runs_on_mydev(python_subprocess):
     assert f["after_bad"] == [2.0, 2.0]
     assert sorted(f["redirections"]) == ["torch.jit.load", "torch.jit.script", "torch.jit.trace",
                                          "torch.jit.trace_module"]
+
+
+TRAINER_SCRIPT = r'''
+import json, sys, tempfile
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+def losses(on_cpu, batch, precision="float32"):
+    torch.manual_seed(0)
+    # (no dropout: the CPU's and mydev's generators draw different masks)
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(config)
+    tokens = torch.randint(0, 64, (32, 16), generator=torch.Generator().manual_seed(1))
+    data = [{"input_ids": t, "labels": t.clone()} for t in tokens]
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=4, per_device_train_batch_size=batch,
+                             logging_steps=1, report_to=[], use_cpu=on_cpu, save_strategy="no", seed=0,
+                             dataloader_num_workers=0, bf16=precision == "bfloat16",
+                             fp16=precision == "float16", disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    return {"n_gpu": args.n_gpu, "device": str(args.device), "device_type": next(model.parameters()).device.type,
+            "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h]}
+
+out = {"cpu": losses(True, 4), "cpu8": losses(True, 8)}
+import my_device.transfer_to_mydev
+for precision in ("float32", "bfloat16", "float16"):
+    out[precision] = losses(False, 4, precision)
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_transformers_trainer_trains_on_mydev_as_on_the_cpu(python_subprocess, devices):
+    # A CUDA script's Trainer: with one device it trains on it, with two it wraps the model in nn.DataParallel
+    # (a per-device batch of 4 is a step of 8); float32 losses equal the CPU's, the mixed precisions' are
+    # near them (autocast's lists are CUDA's, not the CPU's; under DataParallel transformers opens no
+    # autocast region, on CUDA too, so they are float32's there). fp16 needed accelerate to accept mydev.
+    result = python_subprocess(TRAINER_SCRIPT, env={"MYDEV_DEVICE_COUNT": str(devices)}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    want = out["cpu"]["losses"] if devices == 1 else out["cpu8"]["losses"]
+    for precision in ("float32", "bfloat16", "float16"):
+        run = out[precision]
+        assert run["n_gpu"] == devices and run["device"] == "mydev:0" and run["device_type"] == "mydev", run
+        tolerance = dict(rtol=0, atol=0) if precision == "float32" and devices == 1 else dict(rtol=1e-3, atol=0)
+        torch.testing.assert_close(run["losses"], want, **tolerance, msg=precision)
+    if devices == 1:
+        assert out["bfloat16"]["losses"] != out["float32"]["losses"] != out["float16"]["losses"]
+
+
+def test_accelerate_still_refuses_fp16_on_mydev():
+    # transfer_to_mydev adds mydev to the device list in accelerate's Accelerator.__init__; once accelerate's own
+    # list names mydev (or the list moves), the patch does nothing and can go.
+    from accelerate import accelerator
+
+    init = getattr(accelerator.Accelerator.__init__, "_torch_original", accelerator.Accelerator.__init__)
+    lists = [c for c in init.__code__.co_consts if isinstance(c, tuple) and "cuda" in c and "npu" in c]
+    assert len(lists) == 1 and "mydev" not in lists[0]
