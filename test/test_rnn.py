@@ -201,6 +201,24 @@ def test_fused_cell_rejects_bad_input_and_device_keeps_working():
     torch.testing.assert_close(hy.cpu(), o.sigmoid() * c_ref.tanh())
 
 
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_packed_sequences_of_one_length_give_the_cpus_bits(bidirectional):
+    # The CPU sends a packed batch whose sequences all have one length to oneDNN as a padded batch, and so does
+    # mydev; packed sequences of several lengths take the cells on both (test_packed_sequences_train_like_cpu).
+    torch.manual_seed(0)
+    cpu = nn.LSTM(16, 32, num_layers=2, bidirectional=bidirectional)
+    dev = copy.deepcopy(cpu).to("mydev")
+    x = torch.randn(6, 4, 16, requires_grad=True)
+    xd = x.detach().to("mydev").requires_grad_()
+    outputs = []
+    for module, inputs in ((cpu, x), (dev, xd)):
+        out, (h, c) = module(pack_padded_sequence(inputs, [6, 6, 6, 6]))
+        (out.data.sum() + 2 * h.sum() + c.sum()).backward()
+        outputs.append([out.data, h, c, inputs.grad] + [p.grad for p in module.parameters()])
+    for want, got in zip(*outputs):
+        assert torch.equal(got.detach().cpu(), want.detach())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("options", [{}, {"bidirectional": True, "batch_first": True}, {"bias": False, "num_layers": 3}])
 def test_lstm_gives_the_cpus_bits(dtype, options):

@@ -25,6 +25,7 @@
 #include <ATen/ops/lstm_native.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <optional>
 #include <tuple>
 
@@ -257,8 +258,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
 // CPU would take oneDNN, calls the CPU's own entry, lstm_mkldnn_stub: its ops
 // (mkldnn_rnn_layer per layer and direction, cat, dropout, stack) reach mydev's
 // kernels through the dispatcher, with autograd recording them as on the CPU.
-// Packed sequences of equal lengths, which the CPU also sends there, still take
-// the per-step cells.
+// Packed sequences of equal lengths go there too, as on the CPU (lstm.data).
 bool mkldnn_supports(const char* op) {
   const auto handle = c10::Dispatcher::singleton().findSchema({op, ""});
   if (!handle) return false;
@@ -301,8 +301,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm(const at::Tensor& input, at:
   return {output, hy, cy};
 }
 
+// A packed sequence whose sequences all have one length is a padded batch with no
+// padding: the CPU runs it through oneDNN as that batch, and so does mydev.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_packed(const at::Tensor& data, const at::Tensor& batch_sizes,
+                                                           at::TensorList hx, at::TensorList params, bool has_biases,
+                                                           int64_t num_layers, double dropout, bool train,
+                                                           bool bidirectional) {
+  const bool one_length = batch_sizes.device().is_cpu() && batch_sizes.scalar_type() == at::kLong &&
+                          batch_sizes.dim() == 1 && batch_sizes.numel() > 0 && data.dim() == 2 &&
+                          batch_sizes.is_contiguous() && [&] {
+                            const int64_t* sizes = batch_sizes.const_data_ptr<int64_t>();
+                            const int64_t n = batch_sizes.numel();
+                            return sizes[0] * n == data.size(0) && std::all_of(sizes, sizes + n, [&](int64_t b) {
+                                     return b == sizes[0];
+                                   });
+                          }();
+  if (!one_length || !cpu_would_take_onednn(data, hx, params)) {
+    return at::native::lstm(data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
+  }
+  const int64_t steps = batch_sizes.numel();
+  at::Tensor output, hy, cy;
+  at::native::lstm_mkldnn_stub(c10::DeviceType::CPU, output, hy, cy, data.view({steps, -1, data.size(1)}), hx, params,
+                               has_biases, num_layers, dropout, train, bidirectional, /*batch_first=*/false);
+  return {output.flatten(0, 1), hy, cy};
+}
+
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("lstm.input", TORCH_FN(lstm));
+  m.impl("lstm.data", TORCH_FN(lstm_packed));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
