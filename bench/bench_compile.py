@@ -8,6 +8,9 @@ Cases (each a full training step: forward, backward, optimizer step):
   mlp    Linear(256,512)-GELU-Linear(512,512)-GELU-Linear(512,10), batch 64, SGD
   cnn    two 3x3 convolutions with ReLU and max pooling, batch 8 at 32x32, SGD
   transformer  nn.TransformerEncoderLayer(128, 4 heads, 256), batch 8 x 32 tokens, SGD
+  gpt    a nanoGPT-style language model (2 blocks of causal self-attention through
+         scaled_dot_product_attention and a GELU MLP, embedding 128, 4 heads, block 64, vocabulary 256),
+         batch 8 x 64 tokens, cross_entropy over every position, AdamW
 
 For each: the time per step of eager CPU, CPU with the model compiled by Inductor, eager mydev,
 mydev compiled by Inductor, mydev compiled by the mydev backend, and the latter with the optimizer
@@ -53,11 +56,52 @@ def _transformer():
     return m, (8, 32, 128), None, torch.optim.SGD
 
 
+class _Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.out = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        heads = [t.view(batch, length, self.heads, -1).transpose(1, 2)
+                 for t in self.qkv(self.norm1(x)).split(width, dim=2)]
+        attended = nn.functional.scaled_dot_product_attention(*heads, is_causal=True)
+        x = x + self.out(attended.transpose(1, 2).reshape(batch, length, width))
+        return x + self.mlp(self.norm2(x))
+
+
+class _GPT(nn.Module):
+    def __init__(self, vocabulary=256, block=64, width=128, heads=4, layers=2):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(vocabulary, width), nn.Embedding(block, width)
+        self.blocks = nn.ModuleList(_Block(width, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocabulary, bias=False)
+
+    def forward(self, tokens):
+        x = self.tokens(tokens) + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)).flatten(0, 1)  # (batch * length, vocabulary)
+
+
+def _gpt():
+    def inputs():
+        tokens = torch.randint(0, 256, (8, 65))
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].reshape(-1)
+
+    return _GPT(), inputs, None, torch.optim.AdamW
+
+
 CONFIGS = (("cpu eager", "cpu", None, False), ("cpu inductor", "cpu", "inductor", False),
            ("mydev eager", "mydev", None, False), ("mydev inductor", "mydev", "inductor", False),
            ("mydev backend", "mydev", "mydev", False), ("mydev backend+opt", "mydev", "mydev", True))
 
-CASES = {"tiny": (_tiny, 300), "mlp": (_mlp, 20), "cnn": (_cnn, 10), "transformer": (_transformer, 10)}
+CASES = {"tiny": (_tiny, 300), "mlp": (_mlp, 20), "cnn": (_cnn, 10), "transformer": (_transformer, 10),
+         "gpt": (_gpt, 5)}
 
 
 def _step_fn(model, opt, x, target, backend, compile_opt):
@@ -77,8 +121,11 @@ def _step_fn(model, opt, x, target, backend, compile_opt):
 def _case(name, build, inner, repeat):
     torch.manual_seed(0)
     model, shape, classes, opt_cls = build()
-    x = torch.randn(shape)
-    target = torch.randint(0, classes, (shape[0],)) if classes else None
+    if callable(shape):  # the case makes its own input and target
+        x, target = shape()
+    else:
+        x = torch.randn(shape)
+        target = torch.randint(0, classes, (shape[0],)) if classes else None
     times = {}
     for label, device, backend, co in CONFIGS:
         torch._dynamo.reset()
