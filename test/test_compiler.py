@@ -864,6 +864,20 @@ def test_a_result_laid_out_otherwise_than_its_kernel_would_is_written_by_the_fun
     torch.testing.assert_close(program.run([x.to(DEV)])[0].cpu(), x.narrow(1, 2, 2) * 3, rtol=0, atol=0)
 
 
+def test_a_result_laid_out_as_an_argument_by_a_python_meta_kernel_is_written_by_the_functional_op():
+    # _log_softmax_backward_data's meta kernel (torch registers it in Python) lays its result out as its
+    # gradient argument; its CPU out= kernel writes contiguously whatever the output's strides. A compiled
+    # backward whose gradient came transposed got the transpose of its values (found by the fuzzer: pinv
+    # through log_softmax).
+    program = mc.compile("program p\ninput %0 : Float[5,5]{5,1}+0\ninput %1 : Float[5,5]{5,1}+0\n"
+                         "%2 = aten::permute(%0, [i1, i0]) : Float[5,5]{1,5}+0\n"
+                         "%3 = aten::_log_softmax_backward_data(%2, %1, i0, i6) : Float[5,5]{1,5}+0\noutput %3\n")
+    grad, out = torch.randn(5, 5), torch.randn(5, 5).log_softmax(0)
+    expected = torch._log_softmax_backward_data(grad.t(), out, 0, torch.float32)
+    for _ in range(2):
+        torch.testing.assert_close(program.run([grad.to(DEV), out.to(DEV)])[0].cpu(), expected, rtol=0, atol=0)
+
+
 def test_an_input_of_no_elements_is_taken_whatever_its_strides():
     program = mc.compile("program p\ninput %0 : Float[0,2,2]{4,2,1}+0\n%1 = aten::neg(%0) : Float[0,2,2]{4,2,1}+0\n"
                          "output %1\n")

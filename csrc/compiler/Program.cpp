@@ -838,7 +838,12 @@ class Program::StepOrder {
       }
     }
     const bool all_used = std::find(n.outputs.begin(), n.outputs.end(), -1) == n.outputs.end();
-    if (auto out = out_overload(*f_.ops[i]); out && !f_.barrier[i] && all_used && f_.natural[i]) {
+    // Into outputs of another layout than contiguous, only the functional op: a CPU out= kernel may write its
+    // result contiguously whatever the output's strides (_log_softmax_backward_data's does), and a meta kernel
+    // written in Python may give the layout of an argument where the CPU kernel's own gives a contiguous one.
+    const bool contiguous = std::all_of(n.outputs.begin(), n.outputs.end(),
+                                        [&](int v) { return v < 0 || g_.values[v].meta.is_contiguous(); });
+    if (auto out = out_overload(*f_.ops[i]); out && !f_.barrier[i] && all_used && f_.natural[i] && contiguous) {
       step.functional = step.op;
       step.op = out;
       step.use_out = true;
