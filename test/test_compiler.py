@@ -878,6 +878,23 @@ def test_a_result_laid_out_as_an_argument_by_a_python_meta_kernel_is_written_by_
         torch.testing.assert_close(program.run([grad.to(DEV), out.to(DEV)])[0].cpu(), expected, rtol=0, atol=0)
 
 
+def test_an_efficient_zero_tensor_a_step_makes_is_read_as_zeros():
+    # sgn's gradient is an efficient zero tensor, which has no bytes: the fused kernel after it (atanh's
+    # gradient) read through a null pointer and crashed the process (found by the fuzzer).
+    def f(x):
+        return torch.rad2deg(torch.sgn(torch.atanh(x))) + x
+
+    x = torch.rand(20, 20) * 0.9
+    xd = x.to(DEV).requires_grad_()
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="mydev")(xd)
+    (grad,) = torch.autograd.grad(out.sum(), xd)
+    x.requires_grad_()
+    (want,) = torch.autograd.grad(f(x).sum(), x)
+    torch.testing.assert_close(out.detach().cpu(), f(x).detach())
+    torch.testing.assert_close(grad.cpu(), want)
+
+
 def test_an_input_of_no_elements_is_taken_whatever_its_strides():
     program = mc.compile("program p\ninput %0 : Float[0,2,2]{4,2,1}+0\n%1 = aten::neg(%0) : Float[0,2,2]{4,2,1}+0\n"
                          "output %1\n")

@@ -1258,6 +1258,9 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
           // carry: it becomes a value of its own (resolve_neg/conj copy it), which resolve_nodes planned.
           for (at::Tensor& t : results) {
             if (t.is_conj() || t.is_neg()) t = t.resolve_conj().resolve_neg();
+            // An efficient zero tensor (_efficientzerotensor, in the backward of sgn) has no bytes for the
+            // steps that read it: its zeros, in memory.
+            if (t.defined() && t._is_zerotensor()) t = at::zeros(t.sizes(), t.options().device(c10::kCPU));
           }
           TORCH_CHECK(results.size() >= st.outputs.size(), "returned ", results.size(), " tensors, the program expects ",
                       st.outputs.size());

@@ -80,7 +80,8 @@ def _through(frontend):
 
         def f(*xs):
             try:
-                traced = torch.jit.trace(Module(), xs, check_trace=False)
+                # (traced on copies: tracing runs the program, which may write into its inputs)
+                traced = torch.jit.trace(Module(), tuple(x.detach().clone() for x in xs), check_trace=False)
             except RuntimeError as e:  # the tracer's own refusals (an output that depends on no input)
                 raise _Rejected("torch.jit.trace: " + str(e).splitlines()[0]) from None
             try:

@@ -248,7 +248,10 @@ def run(program, device, through, trains, weights=None, dtype=None):
     given), called as through(program)."""
     gen = torch.Generator().manual_seed(program.seed)
     cast = (lambda t: t.to(dtype) if dtype is not None and t.dtype == torch.float32 else t)  # noqa: E731
-    leaves = [cast(t.detach()).to(device).requires_grad_(trains and t.is_floating_point()) for t in program.inputs]
+    # (copies, on the CPU too: a program may write into its inputs, instance_norm's running statistics, and the
+    # next run, the mydev one, must start from the same values)
+    leaves = [cast(t.detach()).to(device, copy=True).requires_grad_(trains and t.is_floating_point())
+              for t in program.inputs]
     outputs = through(program)(*leaves)
     if not trains:
         return [o.detach() for o in outputs], [], weights
