@@ -895,6 +895,21 @@ def test_an_efficient_zero_tensor_a_step_makes_is_read_as_zeros():
     torch.testing.assert_close(grad.cpu(), want)
 
 
+def test_a_lone_relu_writes_its_planned_output_as_clamp_min():
+    # relu has no out= kernel of its own; as on the CPU it is clamp_min(x, 0), written into the planned buffer
+    # (NaN stays NaN, -0.0 stays -0.0).
+    n = 1 << 17
+    program = mc.compile(f"program p\ninput %0 : Float[{n}]{{1}}+0\n%1 = aten::relu(%0) : Float[{n}]{{1}}+0\n"
+                         "output %1\n")
+    assert "call aten::clamp_min.out" in program.dump()
+    x = torch.randn(n)
+    x[:3] = torch.tensor([float("nan"), -0.0, float("-inf")])
+    for _ in range(2):
+        got = program.run([x.to(DEV)])[0].cpu()
+        assert torch.equal(got.nan_to_num(7.0), torch.relu(x).nan_to_num(7.0))
+        assert torch.equal(got.signbit(), torch.relu(x).signbit())
+
+
 def test_an_input_of_no_elements_is_taken_whatever_its_strides():
     program = mc.compile("program p\ninput %0 : Float[0,2,2]{4,2,1}+0\n%1 = aten::neg(%0) : Float[0,2,2]{4,2,1}+0\n"
                          "output %1\n")

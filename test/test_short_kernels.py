@@ -69,7 +69,12 @@ def test_results_match_cpu_at_the_call_and_queued(dtype):
         for name, fn in OPS.items():
             torch.mydev.synchronize()
             torch.testing.assert_close(fn(dev).cpu(), fn(cpu), msg=name)
-    torch.mydev.synchronize()
+    # A host kernel's first call of a signature runs at the call, after the stream's queued work, so that its
+    # errors come there; the calls above ran at the call on an idle stream without making it (a strided fill),
+    # and a first call made below would leave the stream idle (this failed when no earlier test had made it).
+    with delayed(s):
+        for fn in OPS.values():
+            fn(dev)
     with delayed(s):
         results = {name: fn(dev) for name, fn in OPS.items()}
         assert not s.query()

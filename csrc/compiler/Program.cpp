@@ -838,12 +838,20 @@ class Program::StepOrder {
       }
     }
     const bool all_used = std::find(n.outputs.begin(), n.outputs.end(), -1) == n.outputs.end();
+    // relu has no out= kernel of its own (its generated out= form allocates and copies, as the functional op
+    // does); the CPU computes it as clamp_min(x, 0), whose out= kernel writes the planned buffer.
+    if (n.op == "aten::relu" && n.outputs.size() == 1 && n.outputs[0] >= 0 &&
+        g_.values[n.outputs[0]].meta.dtype != c10::ScalarType::Bool) {
+      static const c10::OperatorHandle clamp_min = c10::Dispatcher::singleton().findSchemaOrThrow("aten::clamp_min", "");
+      step.op = clamp_min;
+      step.stack.emplace_back(c10::Scalar(0));
+    }
     // Into outputs of another layout than contiguous, only the functional op: a CPU out= kernel may write its
     // result contiguously whatever the output's strides (_log_softmax_backward_data's does), and a meta kernel
     // written in Python may give the layout of an argument where the CPU kernel's own gives a contiguous one.
     const bool contiguous = std::all_of(n.outputs.begin(), n.outputs.end(),
                                         [&](int v) { return v < 0 || g_.values[v].meta.is_contiguous(); });
-    if (auto out = out_overload(*f_.ops[i]); out && !f_.barrier[i] && all_used && f_.natural[i] && contiguous) {
+    if (auto out = out_overload(*step.op); out && !f_.barrier[i] && all_used && f_.natural[i] && contiguous) {
       step.functional = step.op;
       step.op = out;
       step.use_out = true;
