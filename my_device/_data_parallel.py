@@ -15,6 +15,7 @@ import functools
 
 import torch
 from torch.nn.parallel import comm
+from torch.utils._pytree import tree_leaves
 
 from . import _patches
 
@@ -156,7 +157,7 @@ def _install_autocast_in_replicas():
 
     @functools.wraps(original)
     def parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
-        if torch.is_autocast_enabled(DEVICE) and _on_mydev(_tensors_in(inputs)):
+        if torch.is_autocast_enabled(DEVICE) and _on_mydev(tree_leaves(inputs)):
             state = (True, torch.get_autocast_dtype(DEVICE), torch.is_autocast_cache_enabled())
             modules = [_WithAutocast(m, *state) for m in modules]
         return original(modules, inputs, kwargs_tup, devices)
@@ -166,16 +167,6 @@ def _install_autocast_in_replicas():
                          why="its worker threads reopen CUDA's autocast region, not the device's, so replicas on "
                              "mydev ran outside autocast",
                          test="test_data_parallel.py::test_torch_replicas_still_run_outside_mydev_autocast")
-
-
-def _tensors_in(value):
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors_in(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors_in(item)]
-    return []
 
 
 def install():

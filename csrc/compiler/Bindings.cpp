@@ -1,6 +1,8 @@
 // my_device._C._compiler: the graph compiler's Python face. Frontends hand it
 // a program's text (Graph.h) and get back a handle that runs it.
-#include <torch/extension.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "Program.h"
 

@@ -9,7 +9,9 @@
 // so one launcher serves them all: pointers and integers travel as int64, a
 // floating-point scalar as the bits of a double.
 #include <torch/csrc/Dtype.h>
-#include <torch/extension.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <mutex>
 #include <string>

@@ -1,6 +1,8 @@
 // my_device._C._jit: the TorchScript frontends' Python face (my_device/jit.py).
 #include <torch/csrc/jit/api/module.h>
-#include <torch/extension.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <map>
 

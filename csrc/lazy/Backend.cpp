@@ -275,6 +275,12 @@ class MydevBackend : public torch::lazy::BackendImplInterface {
     std::vector<bool> numbers;
     // Folded numbers are part of the program: one program per set of their values (and per input geometry).
     std::vector<int64_t> program_key;
+    auto number_input = [&](at::Tensor t) {
+      program_key.push_back(std::numeric_limits<int64_t>::min());
+      program_key.push_back(static_cast<int64_t>(t.scalar_type()));
+      args.emplace_back(std::move(t));
+      numbers.push_back(true);
+    };
     auto build_arguments = [&] {
       args.clear();
       numbers.clear();
@@ -284,6 +290,11 @@ class MydevBackend : public torch::lazy::BackendImplInterface {
         auto mine = std::dynamic_pointer_cast<MydevData>(inputs_data[i]);
         // A 0-dim tensor some op reads as a number (its value from the host if known), or a number LTC kept.
         const bool device_number = !ts->scalar && c->numeric[i] && ts->HasValue();
+        if (device_number && c->varying[i] && !c->numbers_folded) {
+          // Already an input of the program: its value stays on the device (reading it would wait for the queue).
+          number_input(ts->data());
+          continue;
+        }
         if (device_number || ts->scalar) {
           const at::Scalar n = ts->scalar ? *ts->scalar : mine && mine->host_value ? *mine->host_value : ts->data().item();
           const double d = n.isFloatingPoint() ? n.toDouble() : static_cast<double>(n.toLong());
@@ -297,10 +308,7 @@ class MydevBackend : public torch::lazy::BackendImplInterface {
                                                                                           : n.isBoolean()   ? at::kBool
                                                                                                             : at::kLong))
                                                .to(device_of(device));
-            program_key.push_back(std::numeric_limits<int64_t>::min());
-            program_key.push_back(static_cast<int64_t>(t.scalar_type()));
-            args.emplace_back(std::move(t));
-            numbers.push_back(true);
+            number_input(std::move(t));
             continue;
           }
           args.push_back(n.isFloatingPoint()             ? c10::IValue(n.toDouble())

@@ -1,5 +1,7 @@
 // my_device._C's profiler entry points (for tests and diagnostics).
-#include <torch/extension.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "KernelTrace.h"
 

@@ -1,5 +1,7 @@
 // my_device/_dlpack.py's calls into core/DLPack.cpp.
-#include <torch/extension.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "../core/DLPack.h"
 

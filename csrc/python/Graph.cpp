@@ -1,7 +1,9 @@
 // torch.mydev's graph and memory-pool functions (my_device/mydev/graphs.py,
 // memory.py). The graph class itself is torch.accelerator.Graph's, which
 // reaches core/Graph.cpp through PyTorch's registry.
-#include <torch/extension.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "../core/Allocator.h"
 #include "../core/Device.h"

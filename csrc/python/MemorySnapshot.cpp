@@ -7,7 +7,9 @@
 // cheap to gather (code object and instruction per frame), symbolized into
 // {"filename", "line", "name"} frames only when a snapshot is taken.
 #include <torch/csrc/profiler/combined_traceback.h>
-#include <torch/extension.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "../core/Device.h"
 #include "../core/MemoryHistory.h"
