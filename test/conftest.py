@@ -27,7 +27,10 @@ def python_subprocess():
     return run_python
 
 
-DELAY_US = 150_000
+# Long enough that the host's own calls between a launch and a `stream.query()` finish well within it, even with
+# CI's test processes (pytest -n) competing for the cores: at 150 ms, 1 of 3 CI runs saw a held-back kernel
+# already done. A wait inside the block waits it out, so each waited task costs this much.
+DELAY_US = 500_000
 
 
 @contextlib.contextmanager
