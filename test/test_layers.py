@@ -63,9 +63,19 @@ def test_only_bindings_include_pybind11():
         if _is_binding(source):
             continue
         for include in _includes(source):
-            assert not include.startswith(("pybind11/", "torch/extension.h", "torch/python.h")), (
+            assert not include.startswith(("pybind11/", "torch/csrc/utils/pybind.h", "torch/extension.h",
+                                           "torch/python.h")), (
                 f"{source.relative_to(ROOT)} includes {include}: Python bindings go in csrc/python/ or a "
                 "Bindings.cpp")
+
+
+def test_bindings_include_pybind_without_the_cpp_frontend():
+    # torch/extension.h and torch/python.h also parse the whole C++ frontend (torch/all.h, nn, optim), which
+    # doubled a binding file's compile time; torch/csrc/utils/pybind.h has the casters bindings use.
+    for source in _sources(CSRC):
+        for include in _includes(source):
+            assert include not in ("torch/extension.h", "torch/python.h", "torch/all.h", "torch/torch.h"), (
+                f"{source.relative_to(ROOT)} includes {include}: include torch/csrc/utils/pybind.h instead")
 
 
 def test_nothing_includes_the_bindings():
