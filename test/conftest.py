@@ -69,3 +69,15 @@ def host_aliases(fn):
     made): 0 when they ran over the caller's device tensors (RunsOnDeviceTensors)."""
     out, counts = breakdown_counts(fn)
     return out, counts["host_aliases"]
+
+
+# The files that take longest on 2 cores, longest first (a sweep's CI subset, AOTInductor packages compiled
+# from a cold cache, the Trainer runs). CI gives each process whole files in collection order
+# (pytest -n --dist loadfile); started last, one of these would leave a process running alone at the end.
+LONGEST_FILES = ("test_conformance.py", "test_aoti.py", "test_transfer_to_mydev.py", "test_fuzz.py",
+                 "test_checks_at_call.py", "test_async.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FILES)))  # (stable: order within a file kept)
