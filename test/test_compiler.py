@@ -975,3 +975,29 @@ def test_an_input_without_the_bytes_of_its_geometry_is_refused():
     with pytest.raises(RuntimeError, match="input 0 has 0 bytes of storage, fewer than its own geometry reaches"):
         program.run([zeros])
     assert program.run([torch.ones(4, 4, device=DEV)])[0].sum().item() == -16.0
+
+
+@pytest.mark.parametrize("cell", ["LSTMCell", "GRUCell"])
+def test_an_op_with_no_cpu_kernel_leaves_its_graph_to_the_device_kernels(cell):
+    # On a PrivateUse1 input ATen's RNN cells call the fused cell ops, which have no CPU kernel for a program
+    # to run: the graph is refused when it is built and runs as mydev kernels, equal to the CPU, instead of
+    # failing on the worker at its first run.
+    torch.manual_seed(0)
+    cpu = getattr(nn, cell)(4, 3)
+    dev = copy.deepcopy(cpu).to("mydev")
+    x, h = torch.randn(2, 4), torch.randn(2, 3)
+
+    def step(m, x, h):
+        out = m(x, (h, h) if cell == "LSTMCell" else h)
+        return (out[0] if cell == "LSTMCell" else out).square().sum()
+
+    want = step(cpu, x, h)
+    want.backward()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = torch.compile(step, backend="mydev")(dev, x.to("mydev"), h.to("mydev"))
+        got.backward()
+    assert any("no CPU kernel" in str(w.message) for w in seen), [str(w.message) for w in seen]
+    torch.testing.assert_close(got.cpu(), want)
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad)

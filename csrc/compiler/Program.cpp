@@ -40,6 +40,11 @@ c10::OperatorHandle resolve(const Node& n) {
   c10::OperatorName name{n.op.substr(0, dot), dot == std::string::npos ? "" : n.op.substr(dot + 1)};
   auto handle = c10::Dispatcher::singleton().findSchema(name);
   TORCH_CHECK(handle.has_value(), "mydev compiler: unknown operator '", n.op, "' (line ", n.line, ")");
+  // A program runs each call through the op's CPU kernel on the device's bytes. Ops only the device
+  // implements (the fused RNN cells, which ATen takes for PrivateUse1 inputs and ships for CUDA only) have
+  // none: refused here, so the graph runs as mydev kernels instead of failing on the worker.
+  TORCH_CHECK(handle->hasComputedKernelForDispatchKey(c10::DispatchKey::CPU), "mydev compiler: ", n.op,
+              " has no CPU kernel for a program to run (line ", n.line, ")");
   return *handle;
 }
 
