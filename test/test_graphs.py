@@ -1,5 +1,6 @@
 """Device graphs: torch.mydev.MyDevGraph / graph / make_graphed_callables / MemPool, against eager."""
 import copy
+import gc
 import os
 import subprocess
 import sys
@@ -471,19 +472,40 @@ def test_graphs_under_strict_mode():
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
-def test_compile_reduce_overhead_replays_mydev_graphs(monkeypatch):
-    """torch.compile(mode="reduce-overhead"): forward and backward graphs captured once, then replayed, with
-    eager's numbers over a few training steps."""
-    replays = []
+# torch.compile(mode="reduce-overhead") replays graphs through Inductor's cudagraph trees (torch's default,
+# inductor/graph_trees.py) or, with torch._inductor.config.triton.cudagraph_trees = False, through its
+# non-tree wrapper (inductor/graphs.py). The trees warm up on a graph's first call and record on its second;
+# the wrapper records on the first.
+TREES = pytest.mark.parametrize("trees", [True, False], ids=["trees", "no_trees"])
+
+
+@pytest.fixture
+def replays(monkeypatch):
+    replayed = []
     replay = torch.mydev.MyDevGraph.replay
-    monkeypatch.setattr(torch.mydev.MyDevGraph, "replay", lambda self: (replays.append(self), replay(self))[1])
+    monkeypatch.setattr(torch.mydev.MyDevGraph, "replay", lambda self: (replayed.append(self), replay(self))[1])
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    yield replayed
+    torch._dynamo.reset()
+
+
+def _with_trees(request, trees):
+    patch = torch._inductor.config.patch({"triton.cudagraph_trees": trees})
+    patch.__enter__()
+    request.addfinalizer(lambda: patch.__exit__(None, None, None))
+
+
+@TREES
+def test_compile_reduce_overhead_replays_mydev_graphs(request, replays, trees):
+    """Forward and backward graphs captured once, then replayed, with eager's numbers over training steps."""
+    _with_trees(request, trees)
     ref = _model(2)
     model = _model(2).to(DEV)
     compiled = torch.compile(model, mode="reduce-overhead")
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(4):
+    for _ in range(5):
         x, y = torch.randn(4, 16), torch.randn(4, 4)
         loss = nn.functional.mse_loss(compiled(x.to(DEV)), y.to(DEV))
         loss.backward()
@@ -496,44 +518,35 @@ def test_compile_reduce_overhead_replays_mydev_graphs(monkeypatch):
         torch.testing.assert_close(loss.detach().cpu(), ref_loss.detach(), rtol=1e-5, atol=1e-6)
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
-    assert len({id(g) for g in replays}) == 2  # one forward graph, one backward graph
-    assert len(replays) >= 2 * 3  # replayed on every step after the capture
+    assert len({id(g) for g in replays}) == 2  # one forward graph, one backward graph, never recorded again
+    assert len(replays) == 2 * (4 if trees else 5)  # every step from the recording on
     assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == 0
-    torch._dynamo.reset()
 
 
-def _replay_counter(monkeypatch):
-    replays = []
-    replay = torch.mydev.MyDevGraph.replay
-    monkeypatch.setattr(torch.mydev.MyDevGraph, "replay", lambda self: (replays.append(self), replay(self))[1])
-    return replays
-
-
-def test_reduce_overhead_writes_mutated_buffers_once_a_call(monkeypatch):
+@TREES
+def test_reduce_overhead_writes_mutated_buffers_once_a_call(request, replays, trees):
     """A BatchNorm's running statistics, inputs the graph mutates at static addresses: the recording's
     warm-up run writes them too, and the first replay must not write them a second time."""
-    replays = _replay_counter(monkeypatch)
-    torch._dynamo.reset()
+    _with_trees(request, trees)
     torch.manual_seed(0)
     ref = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).train()
     model = copy.deepcopy(ref).to(DEV)
     compiled = torch.compile(model, mode="reduce-overhead")
-    for _ in range(3):
+    for _ in range(4):
         x = torch.randn(4, 8)
         with torch.no_grad():
             got, want = compiled(x.to(DEV)).cpu(), ref(x)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         for buffer, expected in zip(model[1].buffers(), ref[1].buffers()):
             torch.testing.assert_close(buffer.cpu(), expected, rtol=1e-5, atol=1e-6)
-    assert len(replays) == 3
-    torch._dynamo.reset()
+    assert len(replays) == (3 if trees else 4)
 
 
-def test_reduce_overhead_runs_a_graph_mutating_another_input_without_recording_it(monkeypatch):
+@TREES
+def test_reduce_overhead_runs_a_graph_mutating_another_input_without_recording_it(request, replays, trees):
     """An input the graph mutates that is not at a static address would be written in the graph's copy of it
-    and lost: as cudagraph trees do, the callable runs as compiled and Inductor counts a skip."""
-    replays = _replay_counter(monkeypatch)
-    torch._dynamo.reset()
+    and lost: as on CUDA, the callable runs as compiled and Inductor counts a skip."""
+    _with_trees(request, trees)
 
     def accumulate(x, total):
         total.add_(x)
@@ -549,20 +562,98 @@ def test_reduce_overhead_runs_a_graph_mutating_another_input_without_recording_i
         torch.testing.assert_close(total.cpu(), want)
     assert replays == []
     assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == 1
-    torch._dynamo.reset()
 
 
-def test_reduce_overhead_records_a_graph_per_size_with_dynamic_shapes(monkeypatch):
-    """With dynamic shapes one compiled graph serves every size; each size gets a recording of its own, as
-    cudagraph trees key theirs by the integer inputs."""
-    replays = _replay_counter(monkeypatch)
-    torch._dynamo.reset()
+@TREES
+def test_reduce_overhead_records_a_graph_per_size_with_dynamic_shapes(request, replays, trees):
+    """With dynamic shapes one compiled graph serves every size; each size gets a recording of its own."""
+    _with_trees(request, trees)
     compiled = torch.compile(lambda x: x.sum(0) * 2, mode="reduce-overhead", dynamic=True)
-    for n in (3, 5, 3, 7, 5):
+    sizes = (3, 5, 3, 7, 5, 3)
+    for n in sizes:
         x = torch.randn(n, 4)
         torch.testing.assert_close(compiled(x.to(DEV)).cpu(), x.sum(0) * 2)
-    assert len(replays) == 5 and len({id(g) for g in replays}) == 3
+    assert len({id(g) for g in replays}) == (2 if trees else 3)  # trees: the size seen once is warmed up only
+    assert len(replays) == (3 if trees else 6)
+
+
+def test_trees_raise_on_an_output_a_later_step_overwrote(replays):
+    """The outputs of a step's warm-up and recording live in the trees' pool; read after the next step
+    (cudagraph_mark_step_begin) has run over that memory they raise CUDA's error, not the later step's
+    numbers. A clone taken before is the user's own."""
+    compiled = torch.compile(lambda x: torch.tanh(x) * 3, mode="reduce-overhead")
+    xs = [torch.randn(8) for _ in range(4)]
+    with torch.no_grad():
+        outputs, kept = [], []
+        for x in xs:  # warm-up, recording, replays
+            torch.compiler.cudagraph_mark_step_begin()
+            outputs.append(compiled(x.to(DEV)))
+            kept.append(outputs[-1].clone())
+        for old in outputs[:2]:
+            with pytest.raises(RuntimeError, match="overwritten by a subsequent run"):
+                old + 1
+        torch.testing.assert_close(outputs[-1].cpu(), torch.tanh(xs[-1]) * 3)
+    for x, clone in zip(xs, kept):
+        torch.testing.assert_close(clone.cpu(), torch.tanh(x) * 3)
+    assert len(replays) == 3
+
+
+def test_trees_record_a_branch_after_replays_from_the_pool_checkpoint(replays):
+    """A graph's output fed to either of two graphs: the second branch is recorded after the first was
+    replayed, so the trees restore the pool's layout checkpointed after the shared graph's recording
+    (torch._C._cuda_setCheckpointPoolState on CUDA), and both branches replay with eager's numbers."""
+    functions = {
+        "stem": lambda x: torch.tanh(x) * 2,
+        "left": lambda h: (h + 1).sin(),
+        "right": lambda h: (h * h).cos(),
+    }
+    compiled = {name: torch.compile(f, mode="reduce-overhead") for name, f in functions.items()}
+    with torch.no_grad():
+        for name in compiled:  # compiling one function starts a new generation: compile them all first
+            compiled[name](torch.randn(16, device=DEV))
+            torch.compiler.cudagraph_mark_step_begin()
+        for step in range(8):
+            x = torch.randn(16)
+            branch = "left" if step % 4 < 2 else "right"
+            got = compiled[branch](compiled["stem"](x.to(DEV)))
+            torch.testing.assert_close(got.cpu(), functions[branch](functions["stem"](x)), rtol=1e-6, atol=1e-6)
+            torch.compiler.cudagraph_mark_step_begin()
+    manager = torch._inductor.cudagraph_trees.get_manager(0, create_if_none_exists=False)
+    assert manager is not None and manager.debug_checkpointing_counter >= 1
+    assert len({id(g) for g in replays}) == 3
+
+
+def test_trees_pool_is_given_back_at_reset():
+    """The trees' graphs keep their pool reserved; once torch._dynamo.reset() has ended them and the
+    compiled function and its outputs are gone, empty_cache gives the pool's memory back."""
     torch._dynamo.reset()
+    gc.collect()
+    x = torch.randn(256, 256, device=DEV)
+    torch.mydev.empty_cache()
+    before = torch.mydev.memory_reserved()
+    compiled = torch.compile(lambda x: (x @ x.T).relu(), mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(3):
+            out = compiled(x)
+    torch.testing.assert_close(out.cpu(), (x.cpu() @ x.cpu().T).relu(), rtol=1e-4, atol=1e-4)
+    assert torch.mydev.memory_reserved() > before
+    del out, compiled
+    torch._dynamo.reset()
+    gc.collect()
+    torch.mydev.empty_cache()
+    assert torch.mydev.memory_reserved() == before
+
+
+def test_cudagraph_trees_are_still_cuda_only_in_pytorch():
+    """inductor/graph_trees.py runs torch's trees module again with CUDA's names meaning mydev's; once torch's
+    trees ask the device's own interfaces (torch.accelerator's graph and allocator), drop it."""
+    import inspect
+
+    from torch._inductor import cudagraph_trees
+
+    source = inspect.getsource(cudagraph_trees)
+    assert "torch._C._cuda_getCheckpointState" in source and "torch.cuda.CUDAGraph()" in source
+    assert ".is_cuda" in source
 
 
 def test_inductor_still_refuses_graphs_on_mydev():

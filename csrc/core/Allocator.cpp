@@ -249,6 +249,24 @@ void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id) {
   cache_for(device).end_routing(id);
 }
 
+PoolCheckpoint checkpoint_pool(c10::DeviceIndex device, c10::MempoolId_t id) {
+  return {device, id, cache_for(device).checkpoint_pool(id)};
+}
+
+PoolRestore restore_pool(const PoolCheckpoint& checkpoint) {
+  return cache_for(checkpoint.device).restore_pool(checkpoint);
+}
+
+bool pool_allocations_are(c10::DeviceIndex device, c10::MempoolId_t id, const std::vector<void*>& ptrs) {
+  return cache_for(device).pool_allocations_are(id, ptrs);
+}
+
+c10::DataPtr owning_data_ptr(c10::DeviceIndex device, void* ptr) {
+  TORCH_CHECK(cache_for(device).live_block(ptr) != nullptr, "mydev allocator: ", ptr, " is no live block of mydev:",
+              static_cast<int>(device));
+  return {ptr, ptr, kFreeOn[device], c10::Device(kMyDev, device)};
+}
+
 bool is_device_pointer(void* ptr) {
   return live_block(ptr) != nullptr;
 }

@@ -4,6 +4,8 @@
 #include <c10/core/Stream.h>
 #include <mydev_runtime.h>
 
+#include <vector>
+
 namespace my_device {
 
 using c10::CachingDeviceAllocator::DeviceStats;
@@ -69,6 +71,40 @@ int pool_use_count(c10::DeviceIndex device, c10::MempoolId_t id);
 // the replays use them in the order the capture did, and nothing else can.
 void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id, unsigned long long capture_id);
 void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id);
+
+// Checkpoints of a private pool, for Inductor's cudagraph trees
+// (my_device/inductor/graph_trees.py). After a graph's replays the pool's
+// blocks no longer say which tensors are alive: a replay's outputs are tensors
+// that do not own their memory. Before recording another graph into the pool,
+// the trees restore the layout checkpointed when the graph was recorded.
+struct PoolCheckpoint {
+  struct Block {
+    size_t size;
+    size_t requested;
+    bool allocated;
+  };
+  struct Segment {
+    void* base;
+    std::vector<Block> blocks;  // in address order, covering the segment
+  };
+  c10::DeviceIndex device;
+  c10::MempoolId_t id;
+  std::vector<Segment> segments;
+};
+PoolCheckpoint checkpoint_pool(c10::DeviceIndex device, c10::MempoolId_t id);
+// Restoring frees every block of the pool allocated now (`freed`) and
+// allocates again, at their addresses, those allocated at the checkpoint
+// (`allocated`): the caller hands those to the tensors still alive (owning_data_ptr)
+// and frees the others.
+struct PoolRestore {
+  std::vector<void*> freed;
+  std::vector<void*> allocated;
+};
+PoolRestore restore_pool(const PoolCheckpoint& checkpoint);
+// Whether the live blocks of pool `id` are exactly those at `ptrs`.
+bool pool_allocations_are(c10::DeviceIndex device, c10::MempoolId_t id, const std::vector<void*>& ptrs);
+// A DataPtr that owns the live block at `ptr` of `device`: dropping it frees the block.
+c10::DataPtr owning_data_ptr(c10::DeviceIndex device, void* ptr);
 
 // Pinned (page-locked) host memory for fast and asynchronous transfers.
 c10::Allocator* pinned_allocator();

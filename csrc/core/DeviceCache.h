@@ -159,17 +159,23 @@ class DeviceCache {
     if (!pending_.empty()) process_events();
     Block* block = take_binned(stream, size);
     if (block == nullptr) block = carve(size, small, stream, nbytes, context, lock);
+    trace(TraceEntry::Action::Alloc, device_, block->ptr, block->size, stream, context);
+    take(block, nbytes, std::move(context));
+    return block;
+  }
+
+  // Marks a block allocated (for `nbytes` bytes), with the statistics.
+  void take(Block* block, size_t nbytes, StackContext context) {
     live_.emplace(block->ptr, block);
     block->allocated = true;
     block->requested = nbytes;
-    trace(TraceEntry::Action::Alloc, device_, block->ptr, block->size, stream, context);
     block->context = std::move(context);
+    const bool small = block->small;
     update(stats_.allocation, small, 1);
     update(stats_.allocated_bytes, small, static_cast<int64_t>(block->size));
     update(stats_.active, small, 1);
     update(stats_.active_bytes, small, static_cast<int64_t>(block->size));
     update(stats_.requested_bytes, small, static_cast<int64_t>(nbytes));
-    return block;
   }
 
   // A block of `size` bytes from the pool, split off a free block of the
@@ -194,17 +200,22 @@ class DeviceCache {
       trace(TraceEntry::Action::SegmentAlloc, device_, block->ptr, block->size, stream, context);
     }
     const size_t remaining = block->size - size;
-    if (remaining >= (small ? kMinBlock : kSmallSize + 1)) {
-      auto* rest = new Block{device_, stream, remaining, static_cast<char*>(block->ptr) + size, small};
-      rest->freed_at = block->freed_at;
-      rest->prev = block;
-      rest->next = block->next;
-      if (block->next) block->next->prev = rest;
-      block->next = rest;
-      block->size = size;
-      pool.insert(rest);
-    }
+    if (remaining >= (small ? kMinBlock : kSmallSize + 1)) pool.insert(split(block, size));
     return block;
+  }
+
+  // Cuts free `block` (out of its pool) after its first `size` bytes; returns
+  // the second part, also free and out of the pool.
+  static Block* split(Block* block, size_t size) {
+    auto* rest = new Block{block->device, block->stream, block->size - size, static_cast<char*>(block->ptr) + size,
+                           block->small};
+    rest->freed_at = block->freed_at;
+    rest->prev = block;
+    rest->next = block->next;
+    if (block->next) block->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    return rest;
   }
 
   // Frees the live block at `ptr`, if this device has one, and returns its
@@ -243,9 +254,7 @@ class DeviceCache {
 
   void free_locked(Block* block, StackContext context, std::unique_lock<std::mutex>& lock) {
     trace(TraceEntry::Action::FreeRequested, device_, block->ptr, block->size, block->stream, std::move(context));
-    update(stats_.allocation, block->small, -1);
-    update(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
-    update(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
+    count_free(block);
     if (!block->used_on.empty()) {
       // Still in use by work queued on other streams: reuse only after it ran.
       // The events are recorded with the lock released: a record on a full
@@ -267,6 +276,13 @@ class DeviceCache {
     const mydevStream_t key = block->stream;
     release_block(block);
     if (C10_UNLIKELY(is_pool_key(key)) && pool_released(key)) release_pool_segments(key);
+  }
+
+  // The statistics of a free; active ones follow when the block is reusable (release_block).
+  void count_free(Block* block) {
+    update(stats_.allocation, block->small, -1);
+    update(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
+    update(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
   }
 
   // ---- private pools (Allocator.h) ----
@@ -314,6 +330,84 @@ class DeviceCache {
         return;
       }
     }
+  }
+
+  // ---- pool checkpoints (Allocator.h) ----
+  std::vector<PoolCheckpoint::Segment> checkpoint_pool(c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    process_events();
+    flush_bins();
+    const mydevStream_t key = live_pool_key(id);
+    std::vector<PoolCheckpoint::Segment> segments;
+    for (Block* head : segments_) {
+      if (head->stream != key) continue;
+      PoolCheckpoint::Segment segment{head->ptr, {}};
+      for (Block* b = head; b != nullptr; b = b->next) {
+        segment.blocks.push_back({b->size, b->requested, b->allocated && !b->awaiting_free});
+      }
+      segments.push_back(std::move(segment));
+    }
+    return segments;
+  }
+
+  PoolRestore restore_pool(const PoolCheckpoint& checkpoint) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    process_events();
+    const mydevStream_t key = live_pool_key(checkpoint.id);
+    PoolRestore result;
+    // Every block allocated now is freed; its storage (if any is alive) is the caller's to disown.
+    std::vector<Block*> allocated;
+    for (Block* head : segments_) {
+      if (head->stream != key) continue;
+      for (Block* b = head; b != nullptr; b = b->next) {
+        if (!b->allocated) continue;
+        TORCH_CHECK(!b->awaiting_free, "mydev allocator: a block of memory pool ", checkpoint.id.first, ", ",
+                    checkpoint.id.second, " is still used by another stream; synchronize before restoring the pool");
+        allocated.push_back(b);
+      }
+    }
+    for (Block* b : allocated) {  // freeing merges free neighbours only: the others stay valid
+      live_.erase(b->ptr);
+      result.freed.push_back(b->ptr);
+      count_free(b);
+      b->used_on.clear();
+      release_block(b);
+    }
+    flush_bins();
+    // Then the checkpoint's allocated blocks are cut out again at their addresses.
+    for (const auto& segment : checkpoint.segments) {
+      auto head = std::find_if(segments_.begin(), segments_.end(),
+                               [&](Block* h) { return h->ptr == segment.base && h->stream == key; });
+      TORCH_CHECK(head != segments_.end(), "mydev allocator: a segment of the checkpoint of memory pool ",
+                  checkpoint.id.first, ", ", checkpoint.id.second, " is no longer in the pool");
+      char* at = static_cast<char*>(segment.base);
+      for (const auto& block : segment.blocks) {
+        if (block.allocated) {
+          take(cut_out(*head, at, block.size), block.requested, nullptr);
+          result.allocated.push_back(at);
+        }
+        at += block.size;
+      }
+    }
+    return result;
+  }
+
+  // Whether the live blocks of pool `id` are exactly those at `ptrs`.
+  bool pool_allocations_are(c10::MempoolId_t id, const std::vector<void*>& ptrs) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    process_events();
+    const mydevStream_t key = live_pool_key(id);
+    const std::set<void*> expected(ptrs.begin(), ptrs.end());
+    size_t found = 0;
+    for (Block* head : segments_) {
+      if (head->stream != key) continue;
+      for (Block* b = head; b != nullptr; b = b->next) {
+        if (!b->allocated || b->awaiting_free) continue;
+        if (expected.count(b->ptr) == 0) return false;
+        ++found;
+      }
+    }
+    return found == expected.size();
   }
 
   // Whether a kernel launched on `stream` may lease `ptr`'s block (allocated_for_stream).
@@ -651,6 +745,31 @@ class DeviceCache {
       if (releasable(b)) released += free_segment(pool, b);
     });
     return released;
+  }
+
+  mydevStream_t live_pool_key(c10::MempoolId_t id) const {
+    auto it = pools_.find(id);
+    TORCH_CHECK(it != pools_.end() && !it->second.released, "mydev allocator: no live memory pool ", id.first, ", ",
+                id.second, " on mydev:", static_cast<int>(device_));
+    return it->second.key;
+  }
+
+  // The block of `size` bytes at `at`, cut out of the free block of the
+  // segment starting at `head` that holds those bytes.
+  Block* cut_out(Block* head, char* at, size_t size) {
+    Block* b = head;
+    while (b != nullptr && static_cast<char*>(b->ptr) + b->size <= at) b = b->next;
+    TORCH_CHECK(b != nullptr && !b->allocated && static_cast<char*>(b->ptr) + b->size >= at + size,
+                "mydev allocator: the bytes of a checkpointed block are not free in their segment");
+    Pool& pool = b->small ? small_ : large_;
+    pool.erase(b);
+    if (static_cast<char*>(b->ptr) < at) {
+      Block* front = b;
+      b = split(front, static_cast<size_t>(at - static_cast<char*>(front->ptr)));
+      pool.insert(front);
+    }
+    if (b->size > size) pool.insert(split(b, size));
+    return b;
   }
 
   // Gives a whole free segment back to the runtime; returns its size.

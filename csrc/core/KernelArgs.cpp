@@ -47,13 +47,23 @@ void KernelArgs::touch(const c10::Storage& s, Touch touch) {
 
 const c10::Storage* KernelArgs::lease(const c10::Storage& s) {
   c10::StorageImpl* impl = s.unsafeGetStorageImpl();
-  if (impl == nullptr || impl->nbytes() < kLeaseMinBytes || device_ < 0) return nullptr;
+  if (impl == nullptr || device_ < 0) return nullptr;
+  // A storage that owns nothing (a graph replay's output, over its pool's
+  // memory) is leased whatever its size: holding it would keep nothing alive
+  // but the StorageImpl, and would make it look alive to cudagraph trees, which
+  // count a storage's references to decide which outputs are dead.
+  const bool owns_nothing = impl->data_ptr().get_context() == nullptr && impl->data() != nullptr;
+  // While a graph is captured, small blocks are leased too: a captured kernel's
+  // references would last as long as its graph, and the graph's pool would
+  // count its dead intermediates as allocated (CUDA's pool frees them at the
+  // capture's frees, which cudagraph trees rely on).
+  if (impl->nbytes() < kLeaseMinBytes && !recording_ && !owns_nothing) return nullptr;
   for (const auto& [original, leased] : leases_) {
     if (original == impl) return &leased;
   }
   // (A lazy clone's bytes are shared with other storages: held by reference.)
   if (c10::impl::cow::is_cow_data_ptr(impl->data_ptr())) return nullptr;
-  if (!allocated_for_stream(impl->data_ptr(), device_, stream_)) return nullptr;
+  if (!owns_nothing && !allocated_for_stream(impl->data_ptr(), device_, stream_)) return nullptr;
   leases_.emplace_back(impl, c10::Storage(c10::make_intrusive<c10::StorageImpl>(
                                  c10::StorageImpl::use_byte_size_t(), impl->nbytes(),
                                  c10::DataPtr(impl->mutable_data(), c10::Device(kMyDev, device_)),

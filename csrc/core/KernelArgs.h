@@ -15,13 +15,17 @@
 // returns a cached block to the runtime while its stream has work queued
 // (Allocator.cpp), so a lease stays valid until its kernel has run.
 //
+// A storage that owns no memory (a graph replay's output) is leased too: its
+// memory's owner keeps it valid, as CUDA's kernels assume.
+//
 // Other storages are held by reference, as before:
 //  - blocks of another stream or device: CUDA lets the allocation stream reuse
 //    them at once unless the user called record_stream; holding them is the
 //    safe version of that rule;
 //  - pinned host memory, which has no stream;
 //  - blocks under kLeaseMinBytes: a lease costs two small heap allocations,
-//    more than such a block is worth holding back for a while.
+//    more than such a block is worth holding back for a while (except while a
+//    graph is captured: its kernels last as long as the graph).
 //
 // One KernelArgs per launch: every argument over the same storage gets the
 // same leased StorageImpl, so CPU kernels' alias and overlap checks, which

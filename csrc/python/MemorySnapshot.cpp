@@ -176,6 +176,7 @@ void init_memory_snapshot_bindings(py::module& m) {
   m.def("_record_memory_history", &record_memory_history, py::arg("enabled"), py::arg("context"),
         py::arg("stacks"), py::arg("max_entries"), py::arg("clear_history"));
   m.def("_memory_snapshot", &snapshot);
+  m.def("_memory_history_enabled", [] { return recording_memory_history(); });
 }
 
 } // namespace my_device

@@ -8,19 +8,20 @@ Three changes to Inductor, installed when its modules are imported (HOOKS), each
   default) hands a mydev graph without partitions to cudagraph_post_compile, which wraps the whole
   callable: mydev's C++ code generation makes no partitions, and without them graphs were silently
   skipped;
-- torch._inductor.compile_fx.cudagraphify wraps a callable whose inputs are on mydev with Inductor's own
-  non-tree cudagraphify_impl, run with torch.cuda's names meaning torch.mydev's (mydev/graphs.py). Its
-  cudagraph trees (the default on CUDA) call torch.cuda's allocator and graph internals directly.
-The replayed semantics are therefore those of CUDA with `torch._inductor.config.triton.cudagraph_trees =
-False`: each compiled graph captures on its first call and replays afterwards, returning the same output
-tensors each time (a later call overwrites an earlier call's outputs), with what trees do about dynamic shapes
-and mutated inputs (_mydev_graphs). test_graphs.py notices when torch accepts mydev by itself.
+- torch._inductor.compile_fx.cudagraphify wraps a callable whose inputs are on mydev with mydev's instance
+  of Inductor's cudagraph trees (graph_trees.py), the default as on CUDA, or, with
+  `torch._inductor.config.triton.cudagraph_trees = False`, with Inductor's own non-tree cudagraphify_impl,
+  run with torch.cuda's names meaning torch.mydev's (mydev/graphs.py): each compiled graph captures on its
+  first call and replays afterwards, returning the same output tensors each time, with what trees do about
+  dynamic shapes and mutated inputs (_mydev_graphs).
+test_graphs.py notices when torch accepts mydev by itself.
 """
 import threading
 
 import torch
 
 from .. import _patches
+from . import graph_trees
 
 _WHY_TEST = "test_graphs.py::test_inductor_still_refuses_graphs_on_mydev"
 
@@ -91,17 +92,24 @@ def install_cudagraphify(compile_fx) -> None:
     mydev_impl = _with_mydev_as_cuda(compile_fx.cudagraphify_impl, compile_fx)
 
     def cudagraphify(model, static_input_idxs=(), **kwargs):
+        from torch._dynamo import utils as dynamo_utils
+        from torch._inductor import config
+
         on_other_devices = original(model, static_input_idxs, **kwargs)
+        trees = graph_trees.cudagraphify_impl(**kwargs) if config.triton.cudagraph_trees else None
         state = threading.local()
 
         def run(new_inputs):
             fn = getattr(state, "fn", None)
             if fn is None:
-                if _on_mydev(new_inputs):
+                if not _on_mydev(new_inputs):
+                    fn = on_other_devices
+                elif trees is not None:
+                    with dynamo_utils.preserve_rng_state():
+                        fn = trees(model, new_inputs, static_input_idxs)
+                else:
                     fn = _mydev_graphs(model, static_input_idxs, kwargs.get("mutated_input_idxs", ()),
                                        kwargs.get("placeholders", ()), mydev_impl)
-                else:
-                    fn = on_other_devices
                 state.fn = fn
             return fn(new_inputs)
 
