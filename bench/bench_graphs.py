@@ -55,7 +55,9 @@ def _reduce_overhead(model, x, y):
     x, y = x.to(DEV), y.to(DEV)
 
     def step():
-        opt.zero_grad(set_to_none=False)
+        # Gradients set to None, as cudagraph trees require (on CUDA too): zeroed ones would be the
+        # recording's outputs, accumulated into after the next replay overwrote them.
+        opt.zero_grad()
         nn.functional.mse_loss(compiled(x), y).backward()
         opt.step()
 
