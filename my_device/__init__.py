@@ -72,8 +72,9 @@ def _inductor_graphs_hook(name):
     return install
 
 
-# torch.compile(mode="reduce-overhead") replays mydev graphs (inductor/graphs.py).
-for _name in ("torch._inductor.cudagraph_utils", "torch._inductor.output_code", "torch._inductor.compile_fx"):
+# torch.compile(mode="reduce-overhead") and backend="cudagraphs" replay mydev graphs (inductor/graphs.py).
+for _name in ("torch._inductor.cudagraph_utils", "torch._inductor.output_code", "torch._inductor.compile_fx",
+              "torch._inductor.cudagraph_trees", "torch._dynamo.backends.cudagraphs"):
     when_imported(_name, _inductor_graphs_hook(_name))
 
 from . import _fake_conv_layout  # noqa: E402

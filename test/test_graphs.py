@@ -623,6 +623,24 @@ def test_trees_record_a_branch_after_replays_from_the_pool_checkpoint(replays):
     assert len({id(g) for g in replays}) == 3
 
 
+def test_dynamo_cudagraphs_backend_replays_mydev_graphs(replays):
+    """torch.compile(backend="cudagraphs"): Dynamo's graphs (not Inductor's) through the same trees."""
+    ref = _model(3)
+    model = _model(3).to(DEV)
+    compiled = torch.compile(model, backend="cudagraphs")
+    for _ in range(4):
+        x = torch.randn(4, 16)
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        out, want = compiled(x.to(DEV)), ref(x)
+        torch.testing.assert_close(out.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+        out.square().sum().backward()
+        want.square().sum().backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
+    assert len({id(g) for g in replays}) == 2 and len(replays) == 2 * 3
+
+
 def test_trees_pool_is_given_back_at_reset():
     """The trees' graphs keep their pool reserved; once torch._dynamo.reset() has ended them and the
     compiled function and its outputs are gone, empty_cache gives the pool's memory back."""

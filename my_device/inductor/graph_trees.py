@@ -16,6 +16,7 @@ test_graphs.py notices when torch ships device-generic trees.
 """
 import contextlib
 import importlib
+import inspect
 import types
 
 import torch
@@ -23,6 +24,7 @@ import torch
 from .. import _C
 
 _TREES = "torch._inductor.cudagraph_trees"
+_WHY_TEST = "test_graphs.py::test_cudagraph_trees_are_still_cuda_only_in_pytorch"
 _trees = None
 
 
@@ -118,7 +120,7 @@ def trees():
     # thread-local state that autograd's threads inherit; they are registered again below.
     containers = real.get_obj(real.local, "tree_manager_containers")
     locks = real.get_obj(real.local, "tree_manager_locks")
-    source = real.__spec__.loader.get_source(_TREES)
+    source = inspect.getsource(real)
     module = types.ModuleType(_TREES)  # torch's name: its log artifacts ("cudagraphs") stay under TORCH_LOGS
     module.__dict__.update(__file__=real.__file__, __package__=real.__package__, __spec__=None)
     exec(_reading_is_mydev(compile(source, real.__file__, "exec")), module.__dict__)  # noqa: S102
@@ -153,17 +155,34 @@ def trees():
     return module
 
 
-def cudagraphify_impl(device_index, stack_traces, is_backward, is_inference, constants=(), placeholders=(),
-                      mutated_input_idxs=()):
-    """What torch._inductor.compile_fx.cudagraphify calls with trees on (on its first call), from mydev's trees.
-    Called when Inductor compiles: the compile id is that of the graph being compiled."""
+def install_tree_dispatch(real) -> None:
+    """torch's trees' entry point sends a callable whose inputs are on mydev to mydev's trees: Inductor's
+    cudagraphify (mode="reduce-overhead") and Dynamo's backend="cudagraphs" both reach the trees there."""
+    from .. import _patches
 
-    compile_id = torch._guards.CompileContext.current_compile_id()
+    original = real.cudagraphify_impl
 
-    def impl(model, inputs, static_input_idxs):
-        return trees().cudagraphify_impl(
-            model, inputs, static_input_idxs, device_index=device_index, stack_traces=stack_traces,
-            is_backward=is_backward, is_inference=is_inference, constants=constants, placeholders=placeholders,
-            mutated_input_idxs=mutated_input_idxs, compile_id=compile_id)
+    def cudagraphify_impl(model, inputs, static_input_idxs, *args, **kwargs):
+        if any(isinstance(x, torch.Tensor) and x.device.type == "mydev" for x in inputs):
+            return trees().cudagraphify_impl(model, inputs, static_input_idxs, *args, **kwargs)
+        return original(model, inputs, static_input_idxs, *args, **kwargs)
 
-    return impl
+    _patches.replace(real, "cudagraphify_impl", cudagraphify_impl,
+                     target="torch._inductor.cudagraph_trees.cudagraphify_impl",
+                     why="the trees call CUDA by name; mydev's callables get mydev's instance of them",
+                     test=_WHY_TEST)
+
+
+def install_backend_device(backend) -> None:
+    """Dynamo's backend="cudagraphs" asks the graph's device index of a CUDA device only."""
+    from .. import _patches
+
+    original = backend.get_device_index
+
+    def get_device_index(gm):
+        device = next(iter(backend.get_device_node_mapping(gm)))
+        return device.index if device.type == "mydev" else original(gm)
+
+    _patches.replace(backend, "get_device_index", get_device_index,
+                     target="torch._dynamo.backends.cudagraphs.get_device_index",
+                     why="it asserts a CUDA device", test=_WHY_TEST)

@@ -92,11 +92,11 @@ def install_cudagraphify(compile_fx) -> None:
     mydev_impl = _with_mydev_as_cuda(compile_fx.cudagraphify_impl, compile_fx)
 
     def cudagraphify(model, static_input_idxs=(), **kwargs):
-        from torch._dynamo import utils as dynamo_utils
         from torch._inductor import config
 
         on_other_devices = original(model, static_input_idxs, **kwargs)
-        trees = graph_trees.cudagraphify_impl(**kwargs) if config.triton.cudagraph_trees else None
+        if config.triton.cudagraph_trees:
+            return on_other_devices  # torch's trees send mydev's callables to graph_trees.py
         state = threading.local()
 
         def run(new_inputs):
@@ -104,9 +104,6 @@ def install_cudagraphify(compile_fx) -> None:
             if fn is None:
                 if not _on_mydev(new_inputs):
                     fn = on_other_devices
-                elif trees is not None:
-                    with dynamo_utils.preserve_rng_state():
-                        fn = trees(model, new_inputs, static_input_idxs)
                 else:
                     fn = _mydev_graphs(model, static_input_idxs, kwargs.get("mutated_input_idxs", ()),
                                        kwargs.get("placeholders", ()), mydev_impl)
@@ -141,4 +138,6 @@ HOOKS = {
     "torch._inductor.cudagraph_utils": install_device_check,
     "torch._inductor.output_code": install_whole_graph_path,
     "torch._inductor.compile_fx": install_cudagraphify,
+    "torch._inductor.cudagraph_trees": graph_trees.install_tree_dispatch,
+    "torch._dynamo.backends.cudagraphs": graph_trees.install_backend_device,
 }
