@@ -623,6 +623,26 @@ def test_trees_record_a_branch_after_replays_from_the_pool_checkpoint(replays):
     assert len({id(g) for g in replays}) == 3
 
 
+def test_trees_on_the_second_device(replays):
+    """A model on mydev:1: its trees, pool and replays are that device's, the numbers eager's."""
+    ref = _model(4)
+    model = copy.deepcopy(ref).to("mydev:1")
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for _ in range(4):
+        x = torch.randn(4, 16)
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        out, want = compiled(x.to("mydev:1")), ref(x)
+        assert out.device == torch.device("mydev:1")
+        out.square().sum().backward()
+        want.square().sum().backward()
+        torch.testing.assert_close(out.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
+    assert torch._inductor.cudagraph_trees.get_manager(1, create_if_none_exists=False) is not None
+    assert len(replays) == 2 * 3  # from the recording on
+
+
 def test_dynamo_cudagraphs_backend_replays_mydev_graphs(replays):
     """torch.compile(backend="cudagraphs"): Dynamo's graphs (not Inductor's) through the same trees."""
     ref = _model(3)

@@ -53,7 +53,8 @@ def _pool_allocations_are(device, pool, ptrs) -> bool:
 # the program's and no reference goes away between the trees' reading of it and the pool's restoring.
 def _after_synchronizing(function):
     def run(*args, **kwargs):
-        torch.mydev.synchronize()
+        for device in range(torch.mydev.device_count()):
+            torch.mydev.synchronize(device)
         return function(*args, **kwargs)
 
     return run
