@@ -28,6 +28,11 @@ _WHY_TEST = "test_graphs.py::test_cudagraph_trees_are_still_cuda_only_in_pytorch
 _trees = None
 
 
+def on_mydev(inputs) -> bool:
+    """Whether a compiled graph's inputs are on mydev (its graphs are then mydev's)."""
+    return any(isinstance(x, torch.Tensor) and x.device.type == "mydev" for x in inputs)
+
+
 def _tensors_data_ptrs_at_indices_equal(tensors, data_ptrs, indices) -> bool:
     return all(tensors[i].data_ptr() == data_ptrs[i] for i in indices)
 
@@ -164,7 +169,7 @@ def install_tree_dispatch(real) -> None:
     original = real.cudagraphify_impl
 
     def cudagraphify_impl(model, inputs, static_input_idxs, *args, **kwargs):
-        if any(isinstance(x, torch.Tensor) and x.device.type == "mydev" for x in inputs):
+        if on_mydev(inputs):
             return trees().cudagraphify_impl(model, inputs, static_input_idxs, *args, **kwargs)
         return original(model, inputs, static_input_idxs, *args, **kwargs)
 

@@ -26,10 +26,6 @@ from . import graph_trees
 _WHY_TEST = "test_graphs.py::test_inductor_still_refuses_graphs_on_mydev"
 
 
-def _on_mydev(inputs) -> bool:
-    return any(isinstance(x, torch.Tensor) and x.device.type == "mydev" for x in inputs)
-
-
 def install_device_check(cudagraph_utils) -> None:
     original = cudagraph_utils.check_multiple_devices_or_any_cpu_nodes
 
@@ -102,7 +98,7 @@ def install_cudagraphify(compile_fx) -> None:
         def run(new_inputs):
             fn = getattr(state, "fn", None)
             if fn is None:
-                if not _on_mydev(new_inputs):
+                if not graph_trees.on_mydev(new_inputs):
                     fn = on_other_devices
                 else:
                     fn = _mydev_graphs(model, static_input_idxs, kwargs.get("mutated_input_idxs", ()),
