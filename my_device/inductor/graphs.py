@@ -1,6 +1,6 @@
 """torch.compile(mode="reduce-overhead") on mydev: Inductor's compiled graphs replayed as mydev graphs.
 
-Three changes to Inductor, installed when its modules are imported (HOOKS), each answering for mydev only:
+Changes to Inductor, installed when its modules are imported (HOOKS), each answering for mydev only:
 - torch._inductor.cudagraph_utils.check_multiple_devices_or_any_cpu_nodes accepts a graph whose one
   device is a mydev device (torch 2.13 accepts only "cuda", and records "multiple devices: mydev:0" as
   the reason to skip graphs);
@@ -8,12 +8,12 @@ Three changes to Inductor, installed when its modules are imported (HOOKS), each
   default) hands a mydev graph without partitions to cudagraph_post_compile, which wraps the whole
   callable: mydev's C++ code generation makes no partitions, and without them graphs were silently
   skipped;
-- torch._inductor.compile_fx.cudagraphify wraps a callable whose inputs are on mydev with mydev's instance
-  of Inductor's cudagraph trees (graph_trees.py), the default as on CUDA, or, with
-  `torch._inductor.config.triton.cudagraph_trees = False`, with Inductor's own non-tree cudagraphify_impl,
-  run with torch.cuda's names meaning torch.mydev's (mydev/graphs.py): each compiled graph captures on its
-  first call and replays afterwards, returning the same output tensors each time, with what trees do about
-  dynamic shapes and mutated inputs (_mydev_graphs).
+- torch._inductor.compile_fx.cudagraphify, with `torch._inductor.config.triton.cudagraph_trees = False`,
+  wraps a callable whose inputs are on mydev with Inductor's own non-tree cudagraphify_impl, run with
+  torch.cuda's names meaning torch.mydev's (mydev/graphs.py): each compiled graph captures on its first call
+  and replays afterwards, returning the same output tensors each time, with what trees do about dynamic
+  shapes and mutated inputs (_mydev_graphs). With trees on (the default), torch's own path is kept and the
+  trees' entry point sends mydev's callables to graph_trees.py, which HOOKS also installs.
 test_graphs.py notices when torch accepts mydev by itself.
 """
 import threading
