@@ -1,5 +1,6 @@
 """The mydev graph compiler (csrc/compiler) and torch.compile(backend="mydev"), against eager mydev and CPU."""
 import copy
+import os
 import warnings
 
 import pytest
@@ -467,6 +468,76 @@ output %3
     (ok,) = program.run([x, torch.tensor([1, 3], device=DEV)])
     assert ok.tolist() == [1.0, 9.0]
     assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_independent_steps_share_the_compute_units(python_subprocess):
+    """Steps that touch no memory another writes run side by side on the device's compute units (forced here
+    with MYDEV_COMPUTE_UNITS=2; by default the second run decides): the results, a failing step's report and
+    the models' training stay eager's."""
+    code = """
+        import torch, my_device, my_device.compiler as mc
+        from test_compiler import train_compiled_and_eager
+        shape = "Float[48,48]{48,1}+0"
+        pair = mc.compile(f\"\"\"program pair
+        input %0 : {shape}
+        input %1 : {shape}
+        %2 = aten::mm(%0, %1) : {shape}
+        %3 = aten::mm(%1, %0) : {shape}
+        %4 = aten::mm(%2, %3) : {shape}
+        output %4
+        \"\"\".replace("        ", ""))
+        x, y = torch.randn(48, 48) / 8, torch.randn(48, 48) / 8
+        for _ in range(3):
+            (out,) = pair.run([x.to("mydev"), y.to("mydev")])
+            torch.testing.assert_close(out.cpu(), (x @ y) @ (y @ x))
+        assert pair.runs_side_by_side is True, pair.dump()
+        chain = mc.compile(f"program chain\\ninput %0 : {shape}\\n%1 = aten::mm(%0, %0) : {shape}\\n"
+                           f"%2 = aten::mm(%1, %1) : {shape}\\noutput %2\\n")
+        assert chain.runs_side_by_side is False, chain.dump()
+        failing = mc.compile(\"\"\"program gather_beside
+        input %0 : Float[4]{1}+0
+        input %1 : Long[2]{1}+0
+        %2 = aten::mul.Tensor(%0, %0) : Float[4]{1}+0
+        %3 = aten::gather(%0, i0, %1, b0) : Float[2]{1}+0
+        %4 = aten::exp(%0) : Float[4]{1}+0
+        output %2 %3 %4
+        \"\"\".replace("        ", ""))
+        v = torch.arange(4.0, device="mydev")
+        outs = failing.run([v, torch.tensor([0, 9], device="mydev")])
+        try:
+            torch.mydev.synchronize()
+            raise AssertionError("no error")
+        except RuntimeError as e:
+            assert "gather_beside: aten::gather (line 5)" in str(e) and "out of bounds" in str(e), e
+        assert all(o.cpu().eq(0).all() for o in outs), outs
+        assert v.tolist() == [0.0, 1.0, 2.0, 3.0]
+        for name in ("mlp", "cnn", "transformer"):
+            mc.reset_counters()
+            train_compiled_and_eager(name, "mydev")
+            graphs = mc.last_graphs(6)
+            lowered = [g.lowered for g in graphs] + [p for g in graphs for p in g.programs.values()]
+            programs = [p.program for p in lowered if p is not None]
+            assert any(p.runs_side_by_side for p in programs), [p.dump() for p in programs]
+        print("ok")
+    """
+    result = python_subprocess(code, env={"MYDEV_COMPUTE_UNITS": "2", "PYTHONPATH": "test"}, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1:] == ["ok"], result.stdout
+
+
+def test_the_second_run_decides_whether_steps_run_side_by_side():
+    shape = "Float[48,48]{48,1}+0"
+    pair = mc.compile(f"program pair\ninput %0 : {shape}\ninput %1 : {shape}\n%2 = aten::mm(%0, %1) : {shape}\n"
+                      f"%3 = aten::mm(%1, %0) : {shape}\n%4 = aten::add.Tensor(%2, %3, i1) : {shape}\noutput %4\n")
+    x, y = torch.randn(48, 48), torch.randn(48, 48)
+    for run in range(4):
+        (out,) = pair.run([x.to(DEV), y.to(DEV)])
+        torch.testing.assert_close(out.cpu(), x @ y + y @ x)
+        torch.mydev.synchronize()
+        if int(os.environ.get("MYDEV_COMPUTE_UNITS", "0")) > 1:  # asked for: side by side from the first run
+            assert pair.runs_side_by_side is True, pair.dump()
+        else:
+            assert (pair.runs_side_by_side is None) == (run == 0), pair.dump()
 
 
 def test_text_form_round_trips():

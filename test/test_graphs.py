@@ -447,14 +447,14 @@ torch.save([p.detach().cpu() for p in model.parameters()] + [torch.tensor(losses
 
 
 def test_parallel_replay_gives_the_serial_replays_bits(tmp_path):
-    """A replay runs kernels whose declared memory is disjoint on two threads (MYDEV_GRAPH_REPLAY_THREADS):
+    """A replay runs kernels whose declared memory is disjoint on two threads (MYDEV_COMPUTE_UNITS):
     a transformer layer's training step (dropout, attention, AdamW) replayed that way gives, bit for bit,
     the parameters and losses of replays in capture order, and both equal eager's."""
     results = []
     for threads in ("1", "2"):
         out = tmp_path / f"threads{threads}.pt"
         done = subprocess.run([sys.executable, "-c", _PARALLEL_REPLAY_SCRIPT, str(out)], capture_output=True,
-                              text=True, timeout=300, env=dict(os.environ, MYDEV_GRAPH_REPLAY_THREADS=threads))
+                              text=True, timeout=300, env=dict(os.environ, MYDEV_COMPUTE_UNITS=threads))
         assert done.returncode == 0, done.stderr[-3000:]
         results.append(torch.load(out))
     for serial, parallel in zip(*results):

@@ -90,7 +90,7 @@ def test_runtime_suite(runtime_test):
 
 
 @pytest.mark.parametrize("env", [{}, {"MYDEV_LAUNCH_BLOCKING": "1"}, {"MYDEV_STRICT": "1"},
-                                 {"MYDEV_GRAPH_REPLAY_THREADS": "1"}],
+                                 {"MYDEV_COMPUTE_UNITS": "1"}],
                          ids=["default", "launch_blocking", "strict", "serial_replay"])
 def test_graph_suite(runtime_binaries, env):
     """Stream capture and graphs (tests/graph_test.cpp), in each mode that changes how work runs."""

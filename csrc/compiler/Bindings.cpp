@@ -2,6 +2,7 @@
 // a program's text (Graph.h) and get back a handle that runs it.
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "Program.h"
@@ -20,6 +21,9 @@ void init_bindings(pybind11::module& parent) {
            py::arg("inputs"), py::arg("device") = -1,
            "Queues the program on the current stream and returns its outputs.")
       .def("dump", &Program::dump)
+      .def_property_readonly("runs_side_by_side", &Program::runs_side_by_side,
+                             "Whether runs share independent steps among the device's compute units (None until "
+                             "the second run decides).")
       .def("set_profiling", &Program::set_profiling,
            "Times each step of later runs; dump() then shows the mean time per step.")
       .def("stats", [](const Program& p) {

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -600,6 +602,7 @@ void Program::build() {
   step_ns_ = std::vector<std::atomic<int64_t>>(steps_.size());
   out_calls_ = std::vector<std::atomic<OutCall>>(steps_.size());
   place_values();
+  plan_schedule();
 }
 
 // Every value's geometry must be one a tensor can have, and a view must stay
@@ -1006,6 +1009,79 @@ void Program::place_values() {
   }
 }
 
+std::vector<Touch> Program::touches(const Step& st) const {
+  std::vector<Touch> out;
+  auto touch = [&](int v, bool written) {
+    if (v < 0) return;
+    const int r = root(v);
+    const Location& loc = where_[r];
+    if (loc.kind == Location::Input) {
+      out.push_back({Touch::Inputs, 0, 0, 0, written});
+    } else if (loc.kind == Location::Output) {
+      out.push_back({Touch::Output, loc.slot, 0, 0, written});
+    } else if (loc.kind == Location::Arena) {
+      const size_t begin = plan_.offsets[loc.slot];
+      out.push_back({Touch::Arena, 0, begin, begin + graph_.values[r].meta.storage_bytes(), written});
+    } else {
+      out.push_back({Touch::Held, r, 0, 0, written});
+    }
+  };
+  for (const Step::Slot& slot : st.slots) {
+    bool written = false;  // an argument the op mutates (batch_norm's running statistics are not annotated)
+    if (st.op && slot.index < st.op->schema().arguments().size()) {
+      const c10::Argument& a = st.op->schema().arguments()[slot.index];
+      written = (a.alias_info() != nullptr && a.alias_info()->isWrite()) || writes_unannotated(a);
+    }
+    for (int v : slot.values) touch(v, written);
+  }
+  for (int v : st.inputs) touch(v, false);
+  for (int v : st.outputs) touch(v, true);
+  return out;
+}
+
+namespace {
+// MYDEV_COMPUTE_UNITS=N > 1 asks for independent work on N units always (mydev_emulator.h).
+bool compute_units_forced() {
+  static const bool forced = [] {
+    const char* v = std::getenv("MYDEV_COMPUTE_UNITS");
+    return v != nullptr && std::atoi(v) > 1;
+  }();
+  return forced;
+}
+} // namespace
+
+void Program::plan_schedule() {
+  std::vector<std::vector<Touch>> touched;
+  std::vector<bool> draws;  // random steps keep their order: they share the generators
+  size_t next_generator = 0;
+  for (Step& st : steps_) {
+    st.first_generator = next_generator;
+    next_generator += st.generators.size();
+    touched.push_back(touches(st));
+    draws.push_back(!st.generators.empty());
+  }
+  schedule_ = StepSchedule::plan(touched, draws);
+  if (!schedule_.has_parallel_steps()) return;
+  // Side by side, a held result is dropped once every step touching it ran, not at its last reader in
+  // step order.
+  const size_t nv = graph_.values.size();
+  released_with_.assign(nv, {});
+  held_users_.assign(nv, 0);
+  for (const Step& st : steps_) {
+    for (int v : st.release) released_with_[root(v)].push_back(v);
+  }
+  for (size_t si = 0; si < steps_.size(); ++si) {
+    std::vector<int>& held = steps_[si].held;
+    for (const Touch& t : touched[si]) {
+      const int r = static_cast<int>(t.id);
+      if (t.kind != Touch::Held || released_with_[r].empty()) continue;
+      if (std::find(held.begin(), held.end(), r) == held.end()) held.push_back(r);
+    }
+    for (int r : held) ++held_users_[r];
+  }
+  parallel_.store(compute_units_forced() ? Parallel::Yes : Parallel::Unknown);
+}
+
 std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10::DeviceIndex device) {
   const Graph& g = graph_;
   TORCH_CHECK(inputs.size() == g.inputs.size(), "mydev program '", g.name, "' takes ", g.inputs.size(),
@@ -1153,7 +1229,13 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       values[v] = in_arena(host_arena, plan_.offsets[loc.slot], g.values[v].meta);
     }
   }
+  // Side by side, steps create views of values (value()) and drop held results from several threads.
+  const Parallel parallel = parallel_.load(std::memory_order_relaxed);
+  const bool side_by_side = parallel == Parallel::Yes;
+  std::mutex values_mutex;
   auto value = [&](int v) -> const at::Tensor& {
+    std::unique_lock<std::mutex> lock(values_mutex, std::defer_lock);
+    if (side_by_side) lock.lock();
     at::Tensor& t = values[v];
     if (!t.defined()) {
       const int r = where_[v].root;
@@ -1224,11 +1306,16 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     state.store(settle_outputs(st) ? OutCall::Refused : OutCall::Confirmed, std::memory_order_relaxed);
     return true;
   };
-  size_t next_generator = 0;
   const bool profiling = profiling_.load(std::memory_order_relaxed);
-  for (size_t si = 0; si < steps_.size(); ++si) {
+  const bool timed = parallel == Parallel::Unknown && runs_.fetch_add(1, std::memory_order_relaxed) == 1;
+  std::vector<int64_t> took(timed ? steps_.size() : 0);
+  auto run_step = [&](size_t si) {
     const Step& st = steps_[si];
-    const auto start = profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    const bool clocked = profiling || timed;
+    const auto start = clocked ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    // Each thread routes its calls' allocations to the device (the caller's HostCall covers its own).
+    std::optional<HostCall> on_this_thread;
+    if (side_by_side) on_this_thread.emplace(device);
     try {
       if (st.kind == Step::Gemm) {
         const size_t first = st.gemm.has_bias ? 1 : 0;
@@ -1240,8 +1327,6 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
         for (int v : st.inputs) ins.push_back(value(v));
         st.kernel.run(outs, ins);
       } else {
-        const size_t first_generator = next_generator;
-        next_generator += st.generators.size();
         auto arguments = [&] {
           std::vector<c10::IValue> stack = st.stack;
           for (const Step::Slot& slot : st.slots) {
@@ -1257,7 +1342,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
               stack[slot.index] = list;
             }
           }
-          for (size_t k = 0; k < st.generators.size(); ++k) stack[st.generators[k]] = generators[first_generator + k];
+          for (size_t k = 0; k < st.generators.size(); ++k) stack[st.generators[k]] = generators[st.first_generator + k];
           return stack;
         };
         std::vector<c10::IValue> stack = arguments();
@@ -1303,22 +1388,49 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
         }
       }
     } catch (const c10::Error& e) {
-      // The error is reported at the next synchronisation, and work queued after this program runs first:
-      // its outputs are zeroed so that a kernel reading them as indices reads valid ones, not whatever the
-      // memory held (embedding_bag's backward read a refused forward's offset2bag and crashed).
-      for (size_t k = n_in; k < n_in + n_out; ++k) {
-        const Operand& o = operands[k];
-        if (o.data() != nullptr && o.size() != 0) std::memset(kernel_address(o.data()), 0, o.size());
-      }
       TORCH_CHECK(false, st.label, ": ", e.what_without_backtrace());
     }
-    for (int v : st.release) values[v] = at::Tensor();
-    if (profiling) {
-      step_ns_[si] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-                          .count();
+    if (clocked) {
+      const int64_t ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+      if (profiling) step_ns_[si] += ns;
+      if (timed) took[si] = ns;
     }
+  };
+  try {
+    if (side_by_side) {
+      std::vector<int> users(held_users_);
+      schedule_.run(run_step, [&](size_t si) {
+        for (int r : steps_[si].held) {
+          if (--users[r] > 0) continue;
+          std::lock_guard<std::mutex> lock(values_mutex);
+          for (int v : released_with_[r]) values[v] = at::Tensor();
+        }
+      });
+    } else {
+      for (size_t si = 0; si < steps_.size(); ++si) {
+        run_step(si);
+        for (int v : steps_[si].release) values[v] = at::Tensor();
+      }
+    }
+  } catch (const c10::Error&) {
+    // The error is reported at the next synchronisation, and work queued after this program runs first:
+    // its outputs are zeroed so that a kernel reading them as indices reads valid ones, not whatever the
+    // memory held (embedding_bag's backward read a refused forward's offset2bag and crashed).
+    for (size_t k = n_in; k < n_in + n_out; ++k) {
+      const Operand& o = operands[k];
+      if (o.data() != nullptr && o.size() != 0) std::memset(kernel_address(o.data()), 0, o.size());
+    }
+    throw;
   }
+  if (timed) parallel_.store(schedule_.worth_it(took) ? Parallel::Yes : Parallel::No, std::memory_order_relaxed);
   if (profiling) profiled_runs_ += 1;
+}
+
+std::optional<bool> Program::runs_side_by_side() const {
+  const Parallel p = parallel_.load(std::memory_order_relaxed);
+  if (p == Parallel::Unknown) return std::nullopt;
+  return p == Parallel::Yes;
 }
 
 std::string Program::dump() const {
@@ -1349,6 +1461,9 @@ std::string Program::dump() const {
       s << "\n";
     }
   }
+  const std::optional<bool> side_by_side = runs_side_by_side();
+  s << "# steps run " << (!side_by_side ? "in order, until the second run decides" : *side_by_side ? "side by side" : "in order")
+    << "\n";
   s << "# memory: arena " << plan_.arena_bytes << " bytes for " << arena_buffers_.size() << " buffers ("
     << plan_.naive_bytes << " without reuse)\n";
   for (size_t b = 0; b < arena_buffers_.size(); ++b) {

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "Gemm.h"
 #include "Graph.h"
 #include "MemoryPlan.h"
+#include "StepSchedule.h"
 
 namespace my_device::compiler {
 
@@ -54,12 +56,14 @@ struct Step {
   };
   std::vector<Slot> slots;
   std::vector<size_t> generators;  // stack indices of Generator? arguments
+  size_t first_generator = 0;      // where its generators start in the launch's list
   // Both
   std::vector<int> inputs;         // Fused: values loaded
   std::vector<int> outputs;        // values written
   ElementwiseKernel kernel;        // Fused
   GemmKernel gemm;                 // Gemm: its operands are the Call's tensor slots and first output
   std::vector<int> release;        // values whose last reader this step is
+  std::vector<int> held;           // the released values' roots it touches (for a run side by side)
 };
 
 struct ProgramStats {
@@ -137,6 +141,9 @@ class Program : public std::enable_shared_from_this<Program> {
   void set_profiling(bool on) {
     profiling_ = on;
   }
+  // Whether runs share the steps among the device's compute units (StepSchedule.h): nullopt until the
+  // second run decides.
+  std::optional<bool> runs_side_by_side() const;
 
   // Runs on the stream's worker: what the queued task does.
   // `operands`: the inputs, then the output buffers, then the arena if any.
@@ -158,6 +165,8 @@ class Program : public std::enable_shared_from_this<Program> {
   void check_reach(const Node& n, int out, int base);
   void order_steps(const NodeFacts& facts);
   void place_values();
+  void plan_schedule();
+  std::vector<Touch> touches(const Step& st) const;
   int root(int v) const {
     return where_[v].root;
   }
@@ -190,6 +199,15 @@ class Program : public std::enable_shared_from_this<Program> {
   enum class OutCall : uint8_t { Untried, Confirmed, Refused };
   mutable std::vector<std::atomic<OutCall>> out_calls_;
   mutable std::atomic<int64_t> profiled_runs_{0};
+  // Running steps side by side (StepSchedule): decided by the program's
+  // second run, timed one step after another (the first runs each out= call's
+  // first try).
+  StepSchedule schedule_;
+  std::vector<int> held_users_;                  // per value: the steps touching it, if a step releases it
+  std::vector<std::vector<int>> released_with_;  // per root: the held values dropped after its last user
+  enum class Parallel : uint8_t { No, Unknown, Yes };
+  mutable std::atomic<Parallel> parallel_{Parallel::No};
+  mutable std::atomic<int64_t> runs_{0};
 };
 
 // Process-wide counters of my_device.compiler.counters().

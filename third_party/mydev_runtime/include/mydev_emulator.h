@@ -50,7 +50,7 @@ MYDEV_API mydevError_t mydevLaunchHostFuncEx(mydevStream_t stream, mydevHostFn_t
  * launch just captured on `stream` reads or writes. A replay orders declared
  * launches by the memory they share, not by capture order, and runs those
  * that share none on separate threads at once, as a device runs independent
- * kernels side by side: MYDEV_GRAPH_REPLAY_THREADS=N (N > 1) always does with
+ * kernels side by side: MYDEV_COMPUTE_UNITS=N (N > 1) always does with
  * N threads, 1 never does; unset, two threads do when the first replay, run in
  * capture order and timed, finds the nodes long enough and the longest path
  * through them at most 0.9 of their total time. A range declared read-only
@@ -67,6 +67,16 @@ typedef struct mydevMemRange {
 } mydevMemRange;
 MYDEV_API mydevError_t mydevStreamCaptureDeclareMemory(mydevStream_t stream, const mydevMemRange* ranges,
                                                       size_t count);
+/* Inside a launched function: runs fn(user_data) on the calling thread and, at
+ * the same time, once on each of the device's other compute units that is
+ * free, each running as the launched function does (same stream and device);
+ * returns when every call has returned. A device has MYDEV_COMPUTE_UNITS units
+ * (2 by default, the stream's worker among them); replays share them too
+ * (see above), and a unit runs one task's work at a time, so fn may run only
+ * once. fn divides its work among however many calls there are, as a GPU
+ * kernel divides its work among the blocks it is given, and must not throw.
+ * Outside a launched function fn runs once, on the calling thread. */
+MYDEV_API mydevError_t mydevRunOnComputeUnits(void (*fn)(void* user_data), void* user_data);
 /* Nonzero when MYDEV_LAUNCH_BLOCKING=1, where every launch, copy and memset
  * runs at the call: a caller that would build a task holding its own copies of
  * its arguments (for a worker to run later) may run the work over them. */

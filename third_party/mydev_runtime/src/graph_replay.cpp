@@ -9,10 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <thread>
 
 namespace mydev_detail {
 namespace {
@@ -52,23 +50,6 @@ void runNode(Node& node) {
   if (rc != 0) recordWorkerFailure(t.label);
 }
 
-// MYDEV_GRAPH_REPLAY_THREADS: how many threads run one replay's independent
-// nodes (the stream's own and helpers). Unset: two, when the first replay
-// finds it worth it (worthRunningInParallel); 1: every replay in capture
-// order; N > 1: N, always.
-struct ReplayThreads {
-  int count;
-  bool always;
-};
-ReplayThreads replayThreads() {
-  static const ReplayThreads threads = [] {
-    const char* v = std::getenv("MYDEV_GRAPH_REPLAY_THREADS");
-    if (v == nullptr || *v == '\0') return ReplayThreads{2, false};
-    return ReplayThreads{std::max(1, std::min(std::atoi(v), 64)), true};
-  }();
-  return threads;
-}
-
 }  // namespace
 
 // The order a replay must keep. Capture order is a valid run order; where two
@@ -103,11 +84,11 @@ void planReplay(mydevGraphExec_st& exec) {
       chain = false;
     }
   }
-  if (chain || replayThreads().count < 2) return;
+  if (chain || computeUnits().count < 2) return;
   exec.successors = std::move(successors);
   exec.waits_for = std::move(waits_for);
   using Parallel = mydevGraphExec_st::Parallel;
-  exec.parallel = replayThreads().always ? Parallel::kYes : Parallel::kUnknown;
+  exec.parallel = computeUnits().always ? Parallel::kYes : Parallel::kUnknown;
 }
 
 namespace {
@@ -115,14 +96,11 @@ namespace {
 // One parallel replay: the nodes whose predecessors have run, smallest first.
 struct ParallelRun {
   mydevGraphExec_st* exec;
-  mydevStream_st* stream;  // the stream it runs on, and its device: what a helper
-  int device;              // takes on to run nodes as the stream's worker does
   std::mutex mu;
   std::condition_variable changed;
   std::vector<uint32_t> waiting;
   std::vector<uint32_t> ready;  // a min-heap
   size_t finished = 0;
-  int helpers = 0;  // helpers inside work()
 
   void work() {
     std::vector<Node>& nodes = exec->data->nodes;
@@ -149,46 +127,6 @@ struct ParallelRun {
   }
 };
 
-// Threads that help whichever replay posts itself first; another replay
-// running meanwhile runs alone.
-struct ReplayHelpers {
-  std::mutex mu;
-  std::condition_variable posted;
-  ParallelRun* run = nullptr;
-  uint64_t generation = 0;
-
-  ReplayHelpers(int count) {
-    for (int i = 0; i < count; ++i) std::thread([this] { loop(); }).detach();
-  }
-  void loop() {
-    uint64_t seen = 0;
-    for (;;) {
-      ParallelRun* r;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        posted.wait(lock, [&] { return run != nullptr && generation != seen; });
-        seen = generation;
-        r = run;
-        std::lock_guard<std::mutex> l(r->mu);
-        ++r->helpers;
-      }
-      mydevStream_st* const saved_stream = t_worker_stream;
-      t_worker_stream = r->stream;
-      DeviceGuard on_device(r->device);
-      r->work();
-      t_worker_stream = saved_stream;
-      std::lock_guard<std::mutex> l(r->mu);
-      --r->helpers;
-      r->changed.notify_all();
-    }
-  }
-};
-
-ReplayHelpers& replayHelpers() {
-  static auto* h = new ReplayHelpers(replayThreads().count - 1);  // never destroyed: detached threads use it
-  return *h;
-}
-
 // Whether running independent nodes side by side shortens a replay enough to
 // pay for the hand-offs: the longest path through the plan, timed by the first
 // replay, must be at most kParallelGain of the nodes' total time, and nodes
@@ -213,33 +151,12 @@ bool worthRunningInParallel(const mydevGraphExec_st& exec, const std::vector<int
 void runParallel(mydevGraphExec_st* exec) {
   ParallelRun run;
   run.exec = exec;
-  run.stream = t_worker_stream;
-  run.device = currentDevice();
   run.waiting = exec->waits_for;
   for (uint32_t i = 0; i < run.waiting.size(); ++i) {
     if (run.waiting[i] == 0) run.ready.push_back(i);
   }
   std::make_heap(run.ready.begin(), run.ready.end(), std::greater<>());
-  ReplayHelpers& helpers = replayHelpers();
-  bool posted = false;
-  {
-    std::lock_guard<std::mutex> lock(helpers.mu);
-    if (helpers.run == nullptr) {
-      helpers.run = &run;
-      ++helpers.generation;
-      posted = true;
-    }
-  }
-  if (posted) helpers.posted.notify_all();
-  run.work();
-  if (posted) {
-    {
-      std::lock_guard<std::mutex> lock(helpers.mu);
-      helpers.run = nullptr;  // no helper joins from now on
-    }
-    std::unique_lock<std::mutex> lock(run.mu);
-    run.changed.wait(lock, [&] { return run.helpers == 0; });
-  }
+  runOnComputeUnits([](void* r) { static_cast<ParallelRun*>(r)->work(); }, &run);
 }
 
 }  // namespace

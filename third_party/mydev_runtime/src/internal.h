@@ -194,6 +194,15 @@ mydevError_t synchronizeDevice(int device);
 void waitDeviceIdle(int device);
 // True on a stream worker thread, i.e. inside a launched function or copy.
 bool onStreamWorker();
+// The threads that run one task's independent work (compute_units.cpp): how
+// many, the worker included, and whether that was asked for explicitly.
+struct ComputeUnits {
+  int count;
+  bool always;
+};
+ComputeUnits computeUnits();
+// mydevRunOnComputeUnits.
+void runOnComputeUnits(void (*fn)(void*), void* data);
 // EventSynchronize's first resort, as a stream synchronisation's: if the
 // calling thread may run the queue of the stream m was recorded on, runs it up
 // to the record (which then has completed) once the task in progress ends.

@@ -346,7 +346,7 @@ void testDeclaredMemoryRunsIndependentNodesTogether() {
     g_met = 0;
     CHECK_OK(mydevGraphLaunch(x, s));
     CHECK_OK(mydevStreamSynchronize(s));
-    const char* threads = std::getenv("MYDEV_GRAPH_REPLAY_THREADS");
+    const char* threads = std::getenv("MYDEV_COMPUTE_UNITS");
     // One after the other, only the second finds the first started.
     CHECK(g_met.load() == ((threads != nullptr && std::atoi(threads) == 1) ? 1 : 2));
   }
@@ -360,7 +360,7 @@ void testDeclaredMemoryRunsIndependentNodesTogether() {
 int main() {
   // Two replay threads always, unless the run asks for serial replays: the
   // nodes below are too short for the runtime to choose them by itself.
-  setenv("MYDEV_GRAPH_REPLAY_THREADS", "2", /*overwrite=*/0);
+  setenv("MYDEV_COMPUTE_UNITS", "2", /*overwrite=*/0);
   testCaptureRunsNothingAndReplays();
   testCopiesAndMemsets();
   testWaitsRefusedDuringCapture();

@@ -1,0 +1,57 @@
+#pragma once
+// Which steps of a program may run side by side, and running them so.
+//
+// A program is one task on its stream, but its steps need not run one after
+// another: a backward's two matrix products of one layer (the gradients of its
+// input and of its weight) read the same tensors and write different ones. As
+// a device runs independent kernels at once, the task runs such steps on the
+// device's compute units at the same time (core/Launch.h,
+// run_on_compute_units), each step after every earlier step that writes
+// memory it touches or touches memory it writes (an arena buffer's bytes are
+// reused by later values: the reuse orders them too).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace my_device::compiler {
+
+// Memory a step reads or writes. The inputs are one region, since two of them
+// may share a storage; each output buffer and each result a call allocated
+// is its own; arena buffers are byte ranges of the arena.
+struct Touch {
+  enum Kind : uint8_t { Inputs, Output, Arena, Held } kind;
+  int64_t id;          // output slot, or held value
+  size_t begin, end;   // bytes, for Arena
+  bool written;
+};
+
+class StepSchedule {
+ public:
+  // `touches`: per step. `in_order`: steps that must keep their order among
+  // themselves whatever they touch (those drawing random numbers from one
+  // generator).
+  static StepSchedule plan(const std::vector<std::vector<Touch>>& touches, const std::vector<bool>& in_order);
+
+  // Whether any two steps may run at once.
+  bool has_parallel_steps() const {
+    return !successors_.empty();
+  }
+  // Whether running side by side shortens a run enough to pay for handing
+  // steps between threads, by the steps' times in a run one after another
+  // (nanoseconds): the longest path at most 0.9 of the total, steps averaging
+  // at least 10 us.
+  bool worth_it(const std::vector<int64_t>& took) const;
+  // Runs step(i) for every step, on the compute units, each once its
+  // predecessors have run (in index order when only one thread runs them).
+  // finished(i) runs under the schedule's lock after step i. The first step to
+  // throw (the lowest index, if several) stops the run: no further step
+  // starts, and its exception is rethrown once the running ones end.
+  void run(const std::function<void(size_t)>& step, const std::function<void(size_t)>& finished) const;
+
+ private:
+  std::vector<std::vector<uint32_t>> successors_;
+  std::vector<uint32_t> waits_for_;
+};
+
+} // namespace my_device::compiler

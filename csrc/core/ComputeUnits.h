@@ -1,0 +1,15 @@
+#pragma once
+// A kernel's work shared among the device's compute units.
+#include <functional>
+
+namespace my_device {
+
+// Inside a kernel: runs `work` on this thread and, at the same time, on each
+// of the device's other compute units that is free (mydevRunOnComputeUnits),
+// each call as this kernel's own code (its context, thread state and warning
+// handling). `work` shares the kernel's work among however many calls there
+// are: one when no unit is free, or outside a kernel. An exception from any
+// call is rethrown here once every call has returned.
+void run_on_compute_units(const std::function<void()>& work);
+
+} // namespace my_device
