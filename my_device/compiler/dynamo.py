@@ -34,7 +34,9 @@ def _compiler(kind):
 # Ops that core-ATen decomposition would break up but that are better kept whole: the device runs
 # them with PyTorch's fused CPU kernels (attention, norms' and losses' backward), or the compiler
 # fuses them as they are (the activations' backward). Keeping attention whole also keeps eager's
-# rounding: its math decomposition rounds differently, on CPU too.
+# rounding: its math decomposition rounds differently, on CPU too. select's and slice's backward
+# decompose into a zero fill, an arange, a comparison and a broadcast `where` per index (an attention
+# layer's q/k/v split took twice the time of the CPU kernels), where the CPU kernel writes zeros and one slice.
 _KEEP_WHOLE = (
     "_scaled_dot_product_flash_attention_for_cpu.default",
     "native_layer_norm_backward.default",
@@ -51,6 +53,8 @@ _KEEP_WHOLE = (
     "gelu_backward.default",
     "tanh_backward.default",
     "sigmoid_backward.default",
+    "select_backward.default",
+    "slice_backward.default",
 )
 
 
