@@ -491,6 +491,16 @@ def test_independent_steps_share_the_compute_units(python_subprocess):
             (out,) = pair.run([x.to("mydev"), y.to("mydev")])
             torch.testing.assert_close(out.cpu(), (x @ y) @ (y @ x))
         assert pair.runs_side_by_side is True, pair.dump()
+        big, small = "Float[256,128]{128,1}+0", "Float[128,256]{256,1}+0"
+        product = mc.compile(f"program product\\ninput %0 : {big}\\ninput %1 : {small}\\ninput %2 : Float[256]{{1}}+0\\n"
+                             f"%3 = aten::addmm(%2, %0, %1, f0.5, f2.0) : Float[256,256]{{256,1}}+0\\n"
+                             f"%4 = aten::mm(%3, %0) : {big}\\noutput %4\\n")
+        assert product.dump().count("in 2 parts") == 2, product.dump()
+        a, b, bias = torch.randn(256, 128) / 8, torch.randn(128, 256) / 8, torch.randn(256)
+        for _ in range(3):
+            (out,) = product.run([a.to("mydev"), b.to("mydev"), bias.to("mydev")])
+            torch.testing.assert_close(out.cpu(), torch.addmm(bias, a, b, beta=0.5, alpha=2.0) @ a)
+        assert product.runs_side_by_side is True, product.dump()
         chain = mc.compile(f"program chain\\ninput %0 : {shape}\\n%1 = aten::mm(%0, %0) : {shape}\\n"
                            f"%2 = aten::mm(%1, %1) : {shape}\\noutput %2\\n")
         assert chain.runs_side_by_side is False, chain.dump()

@@ -2,7 +2,9 @@
 
 #include <ATen/core/TensorBody.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
@@ -1050,17 +1052,41 @@ bool compute_units_forced() {
 }
 } // namespace
 
+// How many parts, by rows of its output, a step runs in side by side: matrix products through the CPU's
+// out= kernel (its BLAS) with enough rows and work to pay for a hand-over; 1 for every other step.
+int Program::row_parts(const Step& st) const {
+  constexpr int64_t kMinRowsPerPart = 32;
+  constexpr int64_t kMinWorkPerPart = 1 << 20;  // multiply-adds: about 0.1 ms at one core's BLAS speed
+  if (st.kind != Step::Call || !st.use_out || st.outputs.size() != 1 || st.outputs[0] < 0) return 1;
+  const std::string& name = st.functional->schema().name();
+  const bool mm = name == "aten::mm" && st.slots.size() == 2;
+  const bool addmm = name == "aten::addmm" && st.slots.size() == 3 && st.stack.size() >= 5;
+  if (!mm && !addmm) return 1;
+  for (const Step::Slot& slot : st.slots) {
+    if (slot.kind != Step::Slot::Tensor || slot.values[0] < 0) return 1;
+  }
+  const TensorMeta& out = graph_.values[st.outputs[0]].meta;
+  const TensorMeta& mat1 = graph_.values[st.slots[st.slots.size() - 2].values[0]].meta;
+  if (out.sizes.size() != 2 || mat1.sizes.size() != 2 || !out.is_contiguous()) return 1;
+  const int64_t rows = out.sizes[0], work = rows * out.sizes[1] * mat1.sizes[1];
+  const int64_t parts = std::min(rows / kMinRowsPerPart, work / kMinWorkPerPart);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(parts, kMaxStepParts)));
+}
+
 void Program::plan_schedule() {
   std::vector<std::vector<Touch>> touched;
   std::vector<bool> draws;  // random steps keep their order: they share the generators
   size_t next_generator = 0;
+  std::vector<int> parts;
   for (Step& st : steps_) {
     st.first_generator = next_generator;
     next_generator += st.generators.size();
     touched.push_back(touches(st));
     draws.push_back(!st.generators.empty());
+    st.parts = row_parts(st);
+    parts.push_back(st.parts);
   }
-  schedule_ = StepSchedule::plan(touched, draws);
+  schedule_ = StepSchedule::plan(touched, draws, parts);
   if (!schedule_.has_parallel_steps()) return;
   // Side by side, a held result is dropped once every step touching it ran, not at its last reader in
   // step order.
@@ -1309,15 +1335,41 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
   const bool profiling = profiling_.load(std::memory_order_relaxed);
   const bool timed = parallel == Parallel::Unknown && runs_.fetch_add(1, std::memory_order_relaxed) == 1;
   std::vector<int64_t> took(timed ? steps_.size() : 0);
-  auto run_step = [&](size_t si) {
+  // Part `part` of a step in parts (by rows, a product whose out= call is known to write its planned output):
+  // side by side, parts run at once; part 0 stands for the whole step otherwise, and on a step whose out=
+  // call is not confirmed.
+  auto run_part = [&](size_t si, int part) {
     const Step& st = steps_[si];
+    const at::Tensor& out = value(st.outputs[0]);
+    const int64_t m = out.size(0), lo = m * part / st.parts, rows = m * (part + 1) / st.parts - lo;
+    const at::Tensor& mat2 = value(st.slots[st.slots.size() - 1].values[0]);
+    const at::Tensor mat1 = value(st.slots[st.slots.size() - 2].values[0]).narrow(0, lo, rows);
+    at::Tensor o = out.narrow(0, lo, rows);
+    if (st.slots.size() == 2) {
+      at::mm_out(o, mat1, mat2);
+      return;
+    }
+    at::Tensor bias = value(st.slots[0].values[0]);
+    if (bias.dim() == 2 && bias.size(0) == m) bias = bias.narrow(0, lo, rows);
+    at::addmm_out(o, bias, mat1, mat2, st.stack[3].toScalar(), st.stack[4].toScalar());
+  };
+  std::vector<char> split(side_by_side ? steps_.size() : 0);  // decided once a run, for all parts alike
+  for (size_t si = 0; si < split.size(); ++si) {
+    split[si] = steps_[si].parts > 1 && out_calls_[si].load(std::memory_order_relaxed) == OutCall::Confirmed;
+  }
+  auto run_step = [&](size_t si, int part) {
+    const Step& st = steps_[si];
+    const bool in_parts = side_by_side && split[si];
+    if (part > 0 && !in_parts) return;
     const bool clocked = profiling || timed;
     const auto start = clocked ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     // Each thread routes its calls' allocations to the device (the caller's HostCall covers its own).
     std::optional<HostCall> on_this_thread;
     if (side_by_side) on_this_thread.emplace(device);
     try {
-      if (st.kind == Step::Gemm) {
+      if (in_parts) {
+        run_part(si, part);
+      } else if (st.kind == Step::Gemm) {
         const size_t first = st.gemm.has_bias ? 1 : 0;
         st.gemm.run(value(st.outputs[0]), st.gemm.has_bias ? value(st.slots[0].values[0]) : at::Tensor(),
                     value(st.slots[first].values[0]), value(st.slots[first + 1].values[0]));
@@ -1409,7 +1461,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       });
     } else {
       for (size_t si = 0; si < steps_.size(); ++si) {
-        run_step(si);
+        run_step(si, 0);
         for (int v : steps_[si].release) values[v] = at::Tensor();
       }
     }
@@ -1456,7 +1508,8 @@ std::string Program::dump() const {
       s << "\n";
     } else {
       s << (st.use_out ? "call " + st.op->schema().name() + "." + st.op->schema().overload_name() : "call") << " "
-        << st.label << " ->";
+        << st.label << (st.parts > 1 && schedule_.has_parallel_steps() ? " in " + std::to_string(st.parts) + " parts" : "")
+        << " ->";
       for (int v : st.outputs) s << " %" << v;
       s << "\n";
     }

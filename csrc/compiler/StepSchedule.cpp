@@ -30,7 +30,8 @@ constexpr int64_t kMinParallelStepNs = 10000;
 
 } // namespace
 
-StepSchedule StepSchedule::plan(const std::vector<std::vector<Touch>>& touches, const std::vector<bool>& in_order) {
+StepSchedule StepSchedule::plan(const std::vector<std::vector<Touch>>& touches, const std::vector<bool>& in_order,
+                                const std::vector<int>& parts) {
   const auto n = static_cast<uint32_t>(touches.size());
   StepSchedule s;
   std::vector<std::vector<uint32_t>> successors(n);
@@ -47,9 +48,10 @@ StepSchedule StepSchedule::plan(const std::vector<std::vector<Touch>>& touches, 
     if (in_order[j]) last_in_order = j;
     if (j > 0 && (successors[j - 1].empty() || successors[j - 1].back() != j)) chain = false;  // j may run before j - 1
   }
-  if (!chain) {
+  if (!chain || std::any_of(parts.begin(), parts.end(), [](int p) { return p > 1; })) {
     s.successors_ = std::move(successors);
     s.waits_for_ = std::move(waits_for);
+    s.parts_ = parts;
   }
   return s;
 }
@@ -61,7 +63,7 @@ bool StepSchedule::worth_it(const std::vector<int64_t>& took) const {
   std::vector<int64_t> finish(n, 0);  // the longest path ending with each step
   for (size_t i = 0; i < n; ++i) {
     total += took[i];
-    finish[i] += took[i];
+    finish[i] += took[i] / parts_[i];
     for (uint32_t next : successors_[i]) finish[next] = std::max(finish[next], finish[i]);
   }
   const int64_t longest = *std::max_element(finish.begin(), finish.end());
@@ -69,16 +71,24 @@ bool StepSchedule::worth_it(const std::vector<int64_t>& took) const {
          static_cast<double>(longest) <= kParallelGain * static_cast<double>(total);
 }
 
-void StepSchedule::run(const std::function<void(size_t)>& step, const std::function<void(size_t)>& finished) const {
+void StepSchedule::run(const std::function<void(size_t, int)>& step,
+                       const std::function<void(size_t)>& finished) const {
   const size_t n = successors_.size();
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<uint32_t> waiting = waits_for_;
-  std::vector<uint32_t> ready;  // a min-heap: one thread alone runs the steps in index order
+  std::vector<int> parts_left = parts_;
+  // A min-heap of (step, part): one thread alone runs the steps in index order.
+  std::vector<std::pair<uint32_t, int>> ready;
+  auto make_ready = [&](uint32_t i) {
+    for (int part = 0; part < parts_[i]; ++part) {
+      ready.emplace_back(i, part);
+      std::push_heap(ready.begin(), ready.end(), std::greater<>());
+    }
+  };
   for (uint32_t i = 0; i < n; ++i) {
-    if (waiting[i] == 0) ready.push_back(i);
+    if (waiting[i] == 0) make_ready(i);
   }
-  std::make_heap(ready.begin(), ready.end(), std::greater<>());
   size_t done = 0;
   bool failed = false;
   size_t failed_step = n;
@@ -89,12 +99,14 @@ void StepSchedule::run(const std::function<void(size_t)>& step, const std::funct
       changed.wait(lock, [&] { return failed || !ready.empty() || done == n; });
       if (failed || ready.empty()) return;
       std::pop_heap(ready.begin(), ready.end(), std::greater<>());
-      const uint32_t i = ready.back();
+      const auto [i, part] = ready.back();
       ready.pop_back();
+      // Another thread may take this step's next part, or a step made ready meanwhile.
+      if (!ready.empty()) changed.notify_one();
       lock.unlock();
       std::exception_ptr thrown;
       try {
-        step(i);
+        step(i, part);
       } catch (...) {
         thrown = std::current_exception();
       }
@@ -108,15 +120,13 @@ void StepSchedule::run(const std::function<void(size_t)>& step, const std::funct
         changed.notify_all();
         continue;
       }
+      if (--parts_left[i] > 0) continue;
       ++done;
       finished(i);
       for (uint32_t next : successors_[i]) {
-        if (--waiting[next] == 0) {
-          ready.push_back(next);
-          std::push_heap(ready.begin(), ready.end(), std::greater<>());
-        }
+        if (--waiting[next] == 0) make_ready(next);
       }
-      // This thread takes the next step itself: another is woken only for a second one.
+      // This thread takes the next one itself: another is woken only for a second.
       if (ready.size() > 1 || done == n) changed.notify_all();
     }
   });

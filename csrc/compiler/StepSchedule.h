@@ -8,7 +8,9 @@
 // device's compute units at the same time (core/Launch.h,
 // run_on_compute_units), each step after every earlier step that writes
 // memory it touches or touches memory it writes (an arena buffer's bytes are
-// reused by later values: the reuse orders them too).
+// reused by later values: the reuse orders them too). A step may also come in
+// parts that run side by side (a large matrix product, by rows): the
+// device's units then share one step as a GPU's blocks share a kernel.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -30,28 +32,31 @@ class StepSchedule {
  public:
   // `touches`: per step. `in_order`: steps that must keep their order among
   // themselves whatever they touch (those drawing random numbers from one
-  // generator).
-  static StepSchedule plan(const std::vector<std::vector<Touch>>& touches, const std::vector<bool>& in_order);
+  // generator). `parts`: per step, how many parts it runs in (at least 1).
+  static StepSchedule plan(const std::vector<std::vector<Touch>>& touches, const std::vector<bool>& in_order,
+                           const std::vector<int>& parts);
 
-  // Whether any two steps may run at once.
+  // Whether any two steps, or parts of one, may run at once.
   bool has_parallel_steps() const {
     return !successors_.empty();
   }
   // Whether running side by side shortens a run enough to pay for handing
   // steps between threads, by the steps' times in a run one after another
-  // (nanoseconds): the longest path at most 0.9 of the total, steps averaging
-  // at least 10 us.
+  // (nanoseconds): the longest path (a step in parts counting for one part)
+  // at most 0.9 of the total, steps averaging at least 10 us.
   bool worth_it(const std::vector<int64_t>& took) const;
-  // Runs step(i) for every step, on the compute units, each once its
-  // predecessors have run (in index order when only one thread runs them).
-  // finished(i) runs under the schedule's lock after step i. The first step to
+  // Runs step(i, part) for every part of every step, on the compute units,
+  // each once its step's predecessors have run (in index order when only one
+  // thread runs them). finished(i) runs under the schedule's lock after step
+  // i's last part. The first step to
   // throw (the lowest index, if several) stops the run: no further step
   // starts, and its exception is rethrown once the running ones end.
-  void run(const std::function<void(size_t)>& step, const std::function<void(size_t)>& finished) const;
+  void run(const std::function<void(size_t, int)>& step, const std::function<void(size_t)>& finished) const;
 
  private:
   std::vector<std::vector<uint32_t>> successors_;
   std::vector<uint32_t> waits_for_;
+  std::vector<int> parts_;
 };
 
 } // namespace my_device::compiler
