@@ -475,7 +475,7 @@ def test_independent_steps_share_the_compute_units(python_subprocess):
     with MYDEV_COMPUTE_UNITS=2; by default the second run decides): the results, a failing step's report and
     the models' training stay eager's."""
     code = """
-        import torch, my_device, my_device.compiler as mc
+        import copy, torch, my_device, my_device.compiler as mc
         from test_compiler import train_compiled_and_eager
         shape = "Float[48,48]{48,1}+0"
         pair = mc.compile(f\"\"\"program pair
@@ -521,6 +521,21 @@ def test_independent_steps_share_the_compute_units(python_subprocess):
             assert "gather_beside: aten::gather (line 5)" in str(e) and "out of bounds" in str(e), e
         assert all(o.cpu().eq(0).all() for o in outs), outs
         assert v.tolist() == [0.0, 1.0, 2.0, 3.0]
+        # a pooling in parts by samples, a convolution's backward as two calls
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.MaxPool2d(2),
+                                  torch.nn.Conv2d(16, 32, 3, padding=1)).to("mydev")
+        twin = copy.deepcopy(net)
+        compiled = torch.compile(twin, backend="mydev")
+        images = torch.randn(8, 3, 32, 32, device="mydev")
+        for _ in range(3):
+            for m in (net, compiled):
+                m.zero_grad()
+                m(images).square().mean().backward()
+        for p, q in zip(net.parameters(), twin.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+        dumps = mc.dump(2)
+        assert "max_pool2d_with_indices (line" in dumps and dumps.count("in 2 parts") >= 2, dumps
         for name in ("mlp", "cnn", "transformer"):
             mc.reset_counters()
             train_compiled_and_eager(name, "mydev")

@@ -4,6 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/max_pool2d_with_indices.h>
 #include <ATen/ops/mm.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
@@ -1042,35 +1043,55 @@ std::vector<Touch> Program::touches(const Step& st) const {
 }
 
 namespace {
-// MYDEV_COMPUTE_UNITS=N > 1 asks for independent work on N units always (mydev_emulator.h).
-bool compute_units_forced() {
-  static const bool forced = [] {
+// MYDEV_COMPUTE_UNITS=N > 1 asks for independent work on N units always (mydev_emulator.h);
+// MYDEV_COMPUTE_UNITS=1 leaves one: every program runs in order.
+int compute_units_asked() {
+  static const int asked = [] {
     const char* v = std::getenv("MYDEV_COMPUTE_UNITS");
-    return v != nullptr && std::atoi(v) > 1;
+    return v != nullptr && *v != '\0' ? std::atoi(v) : 0;
   }();
-  return forced;
+  return asked;
 }
 } // namespace
 
-// How many parts, by rows of its output, a step runs in side by side: matrix products through the CPU's
-// out= kernel (its BLAS) with enough rows and work to pay for a hand-over; 1 for every other step.
-int Program::row_parts(const Step& st) const {
+// Whether, and in how many parts, a step runs side by side (Step::Split): each part must have work enough
+// to pay for a hand-over between threads (a few microseconds).
+void Program::choose_parts(Step& st) const {
   constexpr int64_t kMinRowsPerPart = 32;
-  constexpr int64_t kMinWorkPerPart = 1 << 20;  // multiply-adds: about 0.1 ms at one core's BLAS speed
-  if (st.kind != Step::Call || !st.use_out || st.outputs.size() != 1 || st.outputs[0] < 0) return 1;
-  const std::string& name = st.functional->schema().name();
-  const bool mm = name == "aten::mm" && st.slots.size() == 2;
-  const bool addmm = name == "aten::addmm" && st.slots.size() == 3 && st.stack.size() >= 5;
-  if (!mm && !addmm) return 1;
+  constexpr int64_t kMinWorkPerPart = 1 << 20;  // a product's multiply-adds: about 0.1 ms at one core's BLAS speed
+  constexpr int64_t kMinPooledPerPart = 1 << 16;  // a pooling's input elements, a convolution's gradient's
+  st.split = Step::Whole;
+  st.parts = 1;
+  if (st.kind != Step::Call || st.outputs.empty() || st.outputs[0] < 0) return;
   for (const Step::Slot& slot : st.slots) {
-    if (slot.kind != Step::Slot::Tensor || slot.values[0] < 0) return 1;
+    if (slot.kind != Step::Slot::Tensor || slot.values[0] < 0) return;
   }
+  const std::string& name = (st.use_out ? st.functional : st.op)->schema().name();
   const TensorMeta& out = graph_.values[st.outputs[0]].meta;
-  const TensorMeta& mat1 = graph_.values[st.slots[st.slots.size() - 2].values[0]].meta;
-  if (out.sizes.size() != 2 || mat1.sizes.size() != 2 || !out.is_contiguous()) return 1;
-  const int64_t rows = out.sizes[0], work = rows * out.sizes[1] * mat1.sizes[1];
-  const int64_t parts = std::min(rows / kMinRowsPerPart, work / kMinWorkPerPart);
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(parts, kMaxStepParts)));
+  int64_t parts = 1;
+  if (!st.use_out) {
+    // Both the input's gradient and the weight's, from one call: two calls of one each.
+    if (name == "aten::convolution_backward" && st.outputs.size() == 3 && st.stack.size() > kConvolutionBackwardMask &&
+        st.stack[kConvolutionBackwardMask].isBoolList() && (st.outputs[1] >= 0 || st.outputs[2] >= 0) &&
+        graph_.values[st.slots[0].values[0]].meta.numel() >= kMinPooledPerPart) {
+      st.split = Step::Grads;
+      parts = 2;
+    }
+  } else if (name == "aten::max_pool2d_with_indices" && st.outputs.size() == 2 && st.outputs[1] >= 0 &&
+             st.slots.size() == 1 && out.sizes.size() == 4 && out.is_contiguous() &&
+             graph_.values[st.outputs[1]].meta.is_contiguous()) {
+    st.split = Step::Batch;
+    parts = std::min(out.sizes[0], graph_.values[st.slots[0].values[0]].meta.numel() / kMinPooledPerPart);
+  } else if ((name == "aten::mm" && st.slots.size() == 2) ||
+             (name == "aten::addmm" && st.slots.size() == 3 && st.stack.size() >= 5)) {
+    const TensorMeta& mat1 = graph_.values[st.slots[st.slots.size() - 2].values[0]].meta;
+    if (st.outputs.size() == 1 && out.sizes.size() == 2 && mat1.sizes.size() == 2 && out.is_contiguous()) {
+      st.split = Step::Rows;
+      parts = std::min(out.sizes[0] / kMinRowsPerPart, out.sizes[0] * out.sizes[1] * mat1.sizes[1] / kMinWorkPerPart);
+    }
+  }
+  st.parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(parts, kMaxStepParts)));
+  if (st.parts == 1) st.split = Step::Whole;
 }
 
 void Program::plan_schedule() {
@@ -1083,7 +1104,7 @@ void Program::plan_schedule() {
     next_generator += st.generators.size();
     touched.push_back(touches(st));
     draws.push_back(!st.generators.empty());
-    st.parts = row_parts(st);
+    choose_parts(st);
     parts.push_back(st.parts);
   }
   schedule_ = StepSchedule::plan(touched, draws, parts);
@@ -1105,7 +1126,8 @@ void Program::plan_schedule() {
     }
     for (int r : held) ++held_users_[r];
   }
-  parallel_.store(compute_units_forced() ? Parallel::Yes : Parallel::Unknown);
+  const int asked = compute_units_asked();
+  parallel_.store(asked == 1 ? Parallel::No : asked > 1 ? Parallel::Yes : Parallel::Unknown);
 }
 
 std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10::DeviceIndex device) {
@@ -1335,13 +1357,73 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
   const bool profiling = profiling_.load(std::memory_order_relaxed);
   const bool timed = parallel == Parallel::Unknown && runs_.fetch_add(1, std::memory_order_relaxed) == 1;
   std::vector<int64_t> took(timed ? steps_.size() : 0);
-  // Part `part` of a step in parts (by rows, a product whose out= call is known to write its planned output):
-  // side by side, parts run at once; part 0 stands for the whole step otherwise, and on a step whose out=
-  // call is not confirmed.
+  auto arguments = [&](const Step& st) {
+    std::vector<c10::IValue> stack = st.stack;
+    for (const Step::Slot& slot : st.slots) {
+      if (slot.kind == Step::Slot::Tensor) {
+        stack[slot.index] = value(slot.values[0]);
+      } else if (slot.kind == Step::Slot::TensorList) {
+        c10::List<at::Tensor> list;
+        for (int v : slot.values) list.push_back(value(v));
+        stack[slot.index] = list;
+      } else {
+        c10::List<std::optional<at::Tensor>> list;
+        for (int v : slot.values) list.push_back(v < 0 ? std::nullopt : std::optional<at::Tensor>(value(v)));
+        stack[slot.index] = list;
+      }
+    }
+    for (size_t k = 0; k < st.generators.size(); ++k) stack[st.generators[k]] = generators[st.first_generator + k];
+    return stack;
+  };
+  // Puts result k of a call (not through out=) where the program keeps value st.outputs[k].
+  auto place = [&](const Step& st, size_t k, const at::Tensor& result) {
+    const int v = st.outputs[k];
+    if (v < 0) return;
+    // What check_results could not check at build (ops without a meta kernel). A later result
+    // the CPU kernel leaves empty where the graph (its meta kernel) sized it is fine while nothing
+    // reads it (native_batch_norm's saved statistics outside training); one that is read
+    // (_embedding_bag's offset2bag, for its backward) has no values to give.
+    const TensorMeta& want = graph_.values[v].meta;
+    const bool empty = k > 0 && (result.numel() == 0 || want.numel() == 0);
+    TORCH_CHECK(result.scalar_type() == want.dtype && (result.sizes().vec() == want.sizes || empty),
+                "gave a ", result.scalar_type(), result.sizes(), " result where the program says ",
+                want.str());
+    if (result.numel() == 0 && want.numel() != 0) refuse_if_read(v, result.sizes());
+    if (where_[v].kind == Location::Output && where_[v].root == v) {
+      if (want.numel() != 0) values[v].copy_(result);
+    } else if (where_[v].root == v && result.sizes().vec() == want.sizes && !has_geometry(result, want)) {
+      // Views of the value read it with the program's geometry, which the CPU kernel need not
+      // have given its result (its scaled_dot_product_attention lays its output out [B, T, H, D]).
+      values[v] = with_geometry(result, want);
+    } else {
+      values[v] = result;
+    }
+  };
+  // Part `part` of a step in parts (Step::Split): side by side, its parts run at once; otherwise, and while an
+  // out= step's call is not confirmed to write its planned outputs, part 0 runs the whole step.
   auto run_part = [&](size_t si, int part) {
     const Step& st = steps_[si];
+    if (st.split == Step::Grads) {
+      // convolution_backward: part 0 the input's gradient, part 1 the weight's and the bias's.
+      std::vector<c10::IValue> stack = arguments(st);
+      const c10::List<bool> mask = stack[kConvolutionBackwardMask].toBoolList();
+      stack[kConvolutionBackwardMask] = c10::List<bool>({part == 0 && mask[0], part == 1 && mask[1], part == 1 && mask[2]});
+      st.op->callBoxed(stack);
+      const std::vector<at::Tensor> results = tensors_of(stack);
+      for (size_t k = part == 0 ? 0 : 1; k < (part == 0 ? 1 : 3); ++k) place(st, k, results[k]);
+      return;
+    }
+    // By the first dimension of the outputs: rows of a product, samples of a pooling.
     const at::Tensor& out = value(st.outputs[0]);
     const int64_t m = out.size(0), lo = m * part / st.parts, rows = m * (part + 1) / st.parts - lo;
+    if (st.split == Step::Batch) {
+      at::Tensor indices = value(st.outputs[1]).narrow(0, lo, rows);
+      at::Tensor o = out.narrow(0, lo, rows);
+      at::max_pool2d_with_indices_out(o, indices, value(st.slots[0].values[0]).narrow(0, lo, rows),
+                                      st.stack[1].toIntVector(), st.stack[2].toIntVector(), st.stack[3].toIntVector(),
+                                      st.stack[4].toIntVector(), st.stack[5].toBool());
+      return;
+    }
     const at::Tensor& mat2 = value(st.slots[st.slots.size() - 1].values[0]);
     const at::Tensor mat1 = value(st.slots[st.slots.size() - 2].values[0]).narrow(0, lo, rows);
     at::Tensor o = out.narrow(0, lo, rows);
@@ -1355,7 +1437,8 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
   };
   std::vector<char> split(side_by_side ? steps_.size() : 0);  // decided once a run, for all parts alike
   for (size_t si = 0; si < split.size(); ++si) {
-    split[si] = steps_[si].parts > 1 && out_calls_[si].load(std::memory_order_relaxed) == OutCall::Confirmed;
+    const Step& st = steps_[si];
+    split[si] = st.parts > 1 && (!st.use_out || out_calls_[si].load(std::memory_order_relaxed) == OutCall::Confirmed);
   }
   auto run_step = [&](size_t si, int part) {
     const Step& st = steps_[si];
@@ -1379,29 +1462,11 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
         for (int v : st.inputs) ins.push_back(value(v));
         st.kernel.run(outs, ins);
       } else {
-        auto arguments = [&] {
-          std::vector<c10::IValue> stack = st.stack;
-          for (const Step::Slot& slot : st.slots) {
-            if (slot.kind == Step::Slot::Tensor) {
-              stack[slot.index] = value(slot.values[0]);
-            } else if (slot.kind == Step::Slot::TensorList) {
-              c10::List<at::Tensor> list;
-              for (int v : slot.values) list.push_back(value(v));
-              stack[slot.index] = list;
-            } else {
-              c10::List<std::optional<at::Tensor>> list;
-              for (int v : slot.values) list.push_back(v < 0 ? std::nullopt : std::optional<at::Tensor>(value(v)));
-              stack[slot.index] = list;
-            }
-          }
-          for (size_t k = 0; k < st.generators.size(); ++k) stack[st.generators[k]] = generators[st.first_generator + k];
-          return stack;
-        };
-        std::vector<c10::IValue> stack = arguments();
+        std::vector<c10::IValue> stack = arguments(st);
         if (st.use_out && call_out(si, st, stack)) {
           // written in place
         } else {
-          if (st.use_out) stack = arguments();  // a refused out= call took its arguments
+          if (st.use_out) stack = arguments(st);  // a refused out= call took its arguments
           (st.use_out ? st.functional : st.op)->callBoxed(stack);
           std::vector<at::Tensor> results = tensors_of(stack);
           // A _conj or _neg_view result holds its argument's bytes with a bit a program's geometry cannot
@@ -1414,29 +1479,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
           }
           TORCH_CHECK(results.size() >= st.outputs.size(), "returned ", results.size(), " tensors, the program expects ",
                       st.outputs.size());
-          for (size_t k = 0; k < st.outputs.size(); ++k) {
-            const int v = st.outputs[k];
-            if (v < 0) continue;
-            // What check_results could not check at build (ops without a meta kernel). A later result
-            // the CPU kernel leaves empty where the graph (its meta kernel) sized it is fine while nothing
-            // reads it (native_batch_norm's saved statistics outside training); one that is read
-            // (_embedding_bag's offset2bag, for its backward) has no values to give.
-            const TensorMeta& want = graph_.values[v].meta;
-            const bool empty = k > 0 && (results[k].numel() == 0 || want.numel() == 0);
-            TORCH_CHECK(results[k].scalar_type() == want.dtype && (results[k].sizes().vec() == want.sizes || empty),
-                        "gave a ", results[k].scalar_type(), results[k].sizes(), " result where the program says ",
-                        want.str());
-            if (results[k].numel() == 0 && want.numel() != 0) refuse_if_read(v, results[k].sizes());
-            if (where_[v].kind == Location::Output && where_[v].root == v) {
-              if (want.numel() != 0) values[v].copy_(results[k]);
-            } else if (where_[v].root == v && results[k].sizes().vec() == want.sizes && !has_geometry(results[k], want)) {
-              // Views of the value read it with the program's geometry, which the CPU kernel need not
-              // have given its result (its scaled_dot_product_attention lays its output out [B, T, H, D]).
-              values[v] = with_geometry(results[k], want);
-            } else {
-              values[v] = results[k];
-            }
-          }
+          for (size_t k = 0; k < st.outputs.size(); ++k) place(st, k, results[k]);
         }
       }
     } catch (const c10::Error& e) {

@@ -64,8 +64,13 @@ struct Step {
   GemmKernel gemm;                 // Gemm: its operands are the Call's tensor slots and first output
   std::vector<int> release;        // values whose last reader this step is
   std::vector<int> held;           // the released values' roots it touches (for a run side by side)
-  int parts = 1;                   // side by side: parts by rows of its output (Program::row_parts)
+  // Side by side, a step may run in parts (Program::choose_parts): a product by rows of its output, a
+  // pooling by samples, a convolution's backward as its input's gradient and its weight's.
+  enum Split : uint8_t { Whole, Rows, Batch, Grads } split = Whole;
+  int parts = 1;
 };
+// convolution_backward's output_mask argument.
+constexpr size_t kConvolutionBackwardMask = 10;
 // The most parts a step is cut into: the device's units beyond two are rare, and each part pays a hand-over.
 constexpr int kMaxStepParts = 2;
 
@@ -170,7 +175,7 @@ class Program : public std::enable_shared_from_this<Program> {
   void place_values();
   void plan_schedule();
   std::vector<Touch> touches(const Step& st) const;
-  int row_parts(const Step& st) const;
+  void choose_parts(Step& st) const;
   int root(int v) const {
     return where_[v].root;
   }
