@@ -565,6 +565,22 @@ def test_the_second_run_decides_whether_steps_run_side_by_side():
             assert (pair.runs_side_by_side is None) == (run == 0), pair.dump()
 
 
+def test_relu_backward_reads_its_zero_as_a_number():
+    """aot_autograd writes relu's backward as where(x <= 0, scalar_tensor(0), grad): the 0-dim tensor becomes a
+    constant of the fused kernel (fold_scalar_fills), not a call, and the gradients stay eager's."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(DEV)
+    twin = copy.deepcopy(net)
+    compiled = torch.compile(twin, backend="mydev")
+    x = torch.randn(5, 8, device=DEV)
+    for m in (net, compiled):
+        m(x).square().sum().backward()
+    for p, q in zip(net.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+    dumps = mc.dump(2)
+    assert "aten::where.self" in dumps and "aten::scalar_tensor" not in dumps, dumps
+
+
 def test_text_form_round_trips():
     text = ('program p\ninput %0 : Float[2,3]{3,1}+0\n'
             '%1, %2 = aten::var_mean.correction(%0, [i1], n, b1) : Float[2,1]{1,1}+0, Float[2,1]{1,1}+0\n'

@@ -133,8 +133,20 @@ def _scalar_fill(node):
     return value if val.dtype.is_floating_point else None
 
 
+def _scalar_tensor(node):
+    """The number of a 0-dim `scalar_tensor(number)` of a floating dtype (the backward of relu and of
+    threshold: `where(x <= 0, scalar_tensor(0), grad)`), else None. A 0-dim operand keeps a fused kernel
+    off its one-pass path, and the call that makes it costs more than the kernel's arithmetic."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.scalar_tensor.default or len(node.args) != 1:
+        return None
+    value, val = node.args[0], node.meta.get("val")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not isinstance(val, torch.Tensor):
+        return None
+    return value if val.dtype.is_floating_point and val.dim() == 0 else None
+
+
 def fold_scalar_fills(gm):
-    """Replaces `full_like(x, c)` read only by pointwise ops with the number c itself.
+    """Replaces `full_like(x, c)` and `scalar_tensor(c)` read only by pointwise ops with the number c itself.
 
     Decompositions turn a number operand into a filled tensor (the optimizers' lerp becomes
     `addcmul(exp_avg, full_like(diff, 1 - beta1), diff)`); the fill is a call that splits the
@@ -170,9 +182,11 @@ def fold_scalar_fills(gm):
             if not node.users:
                 gm.graph.erase_node(node)
     for node in list(gm.graph.nodes):
-        if _scalar_fill(node) is None:
+        value = _scalar_fill(node)
+        if value is None:
+            value = _scalar_tensor(node)
+        if value is None:
             continue
-        value = node.args[1]
 
         def keeps_shape(user):
             out = user.meta.get("val")
