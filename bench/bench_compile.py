@@ -28,12 +28,13 @@ eager mydev in the same process. What remains is Dynamo's guards and frame handl
 runtime wrappers and mutation epilogue, the autograd engine and the uncompiled rest of the step.
 """
 import copy
+import statistics
 
 import torch
 from torch import nn
 
 import my_device  # noqa: F401
-from common import interleaved_medians, median_seconds, parse_args
+from common import interleaved_medians, interleaved_samples, paired_ratio, parse_args
 
 
 def _tiny():
@@ -119,6 +120,8 @@ def _step_fn(model, opt, x, target, backend, compile_opt):
 
 
 def _case(name, build, inner, repeat):
+    """Every configuration's step built first, then timed taking turns (interleaved_samples): the
+    ratios are medians of per-round ratios, each of two samples taken back to back."""
     torch.manual_seed(0)
     model, shape, classes, opt_cls = build()
     if callable(shape):  # the case makes its own input and target
@@ -126,25 +129,29 @@ def _case(name, build, inner, repeat):
     else:
         x = torch.randn(shape)
         target = torch.randint(0, classes, (shape[0],)) if classes else None
-    times = {}
+    torch._dynamo.reset()
+    steps = {}
     for label, device, backend, co in CONFIGS:
-        torch._dynamo.reset()
         m = copy.deepcopy(model).to(device)
         opt = opt_cls(m.parameters(), lr=1e-3)
         step = _step_fn(m, opt, x.to(device), None if target is None else target.to(device), backend, co)
         sync = torch.mydev.synchronize if device == "mydev" else (lambda: None)
         for _ in range(3):  # compiles, and the optimizer's state
             step()
-        times[label] = median_seconds(step, inner, repeat, sync)
-    cpu, eager = times["cpu eager"], times["mydev eager"]
+        sync()
+        steps[label] = (step, sync)
+    samples = interleaved_samples(steps, inner, repeat)
+    times = {k: statistics.median(v) for k, v in samples.items()}
     print(f"{name:<12} " + "  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in times.items()), flush=True)
-    cpu_speedup = cpu / times["cpu inductor"]
-    mydev_speedup = eager / times["mydev inductor"]
+    cpu_speedup = paired_ratio(samples, "cpu eager", "cpu inductor")
+    mydev_speedup = paired_ratio(samples, "mydev eager", "mydev inductor")
     print(f"{'':<12} inductor speed-up: cpu {cpu_speedup:5.2f}x, mydev {mydev_speedup:5.2f}x "
           f"(mydev/cpu {mydev_speedup / cpu_speedup:5.2f});  backend=mydev vs mydev eager "
-          f"{times['mydev backend'] / eager:5.2f}x (+opt {times['mydev backend+opt'] / eager:5.2f}x), "
-          f"vs cpu eager {times['mydev backend'] / cpu:5.2f}x (+opt {times['mydev backend+opt'] / cpu:5.2f}x)",
-          flush=True)
+          f"{paired_ratio(samples, 'mydev backend', 'mydev eager'):5.2f}x "
+          f"(+opt {paired_ratio(samples, 'mydev backend+opt', 'mydev eager'):5.2f}x), "
+          f"vs cpu eager {paired_ratio(samples, 'mydev backend', 'cpu eager'):5.2f}x "
+          f"(+opt {paired_ratio(samples, 'mydev backend+opt', 'cpu eager'):5.2f}x)", flush=True)
+    torch._dynamo.reset()
 
 
 def _free_compiler(gm, example_inputs):
