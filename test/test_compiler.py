@@ -536,6 +536,20 @@ def test_independent_steps_share_the_compute_units(python_subprocess):
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
         dumps = mc.dump(2)
         assert "max_pool2d_with_indices (line" in dumps and dumps.count("in 2 parts") >= 2, dumps
+        # attention in parts by samples, forward and backward
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).to("mydev")
+        twin = copy.deepcopy(layer)
+        compiled = torch.compile(twin, backend="mydev")
+        tokens = torch.randn(8, 32, 64, device="mydev")
+        for _ in range(3):
+            for m in (layer, compiled):
+                m.zero_grad()
+                m(tokens).square().mean().backward()
+        for p, q in zip(layer.parameters(), twin.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+        dumps = mc.dump(2)
+        assert dumps.count("flash_attention_for_cpu") >= 2 and all(
+            "in 2 parts" in line for line in dumps.splitlines() if line.startswith("step") and "attention" in line), dumps
         for name in ("mlp", "cnn", "transformer"):
             mc.reset_counters()
             train_compiled_and_eager(name, "mydev")

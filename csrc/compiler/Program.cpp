@@ -4,6 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/max_pool2d_with_indices.h>
 #include <ATen/ops/mm.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -1069,7 +1070,29 @@ void Program::choose_parts(Step& st) const {
   const std::string& name = (st.use_out ? st.functional : st.op)->schema().name();
   const TensorMeta& out = graph_.values[st.outputs[0]].meta;
   int64_t parts = 1;
-  if (!st.use_out) {
+  // Attention, forward and backward: every tensor argument and result has the batch first.
+  auto batched = [&](int64_t min_elements) {
+    const int64_t m = out.sizes.empty() ? 0 : out.sizes[0];
+    if (m < 2 || st.slots.empty() || graph_.values[st.slots[0].values[0]].meta.numel() < min_elements) return false;
+    for (const Step::Slot& slot : st.slots) {
+      const TensorMeta& t = graph_.values[slot.values[0]].meta;
+      if (t.sizes.empty() || t.sizes[0] != m) return false;
+    }
+    for (int v : st.outputs) {
+      if (v >= 0 && (graph_.values[v].meta.sizes.empty() || graph_.values[v].meta.sizes[0] != m ||
+                     graph_.values[v].meta.offset != 0)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  if (!st.use_out && (name == "aten::_scaled_dot_product_flash_attention_for_cpu" ||
+                      name == "aten::_scaled_dot_product_flash_attention_for_cpu_backward")) {
+    if (batched(kMinPooledPerPart / 4)) {
+      st.split = Step::Samples;
+      parts = out.sizes[0];
+    }
+  } else if (!st.use_out) {
     // Both the input's gradient and the weight's, from one call: two calls of one each.
     if (name == "aten::convolution_backward" && st.outputs.size() == 3 && st.stack.size() > kConvolutionBackwardMask &&
         st.stack[kConvolutionBackwardMask].isBoolList() && (st.outputs[1] >= 0 || st.outputs[2] >= 0) &&
@@ -1411,6 +1434,31 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       st.op->callBoxed(stack);
       const std::vector<at::Tensor> results = tensors_of(stack);
       for (size_t k = part == 0 ? 0 : 1; k < (part == 0 ? 1 : 3); ++k) place(st, k, results[k]);
+      return;
+    }
+    if (st.split == Step::Samples) {
+      // Each part calls the op on its samples of every tensor argument, and copies its results into the
+      // program's values, which the first part to finish creates where the program does not give them.
+      std::vector<c10::IValue> stack = arguments(st);
+      const int64_t m = graph_.values[st.outputs[0]].meta.sizes[0];
+      const int64_t lo = m * part / st.parts, rows = m * (part + 1) / st.parts - lo;
+      for (const Step::Slot& slot : st.slots) stack[slot.index] = stack[slot.index].toTensor().narrow(0, lo, rows);
+      st.op->callBoxed(stack);
+      const std::vector<at::Tensor> results = tensors_of(stack);
+      for (size_t k = 0; k < st.outputs.size(); ++k) {
+        const int v = st.outputs[k];
+        if (v < 0) continue;
+        at::Tensor whole;
+        {
+          std::lock_guard<std::mutex> lock(values_mutex);
+          if (!values[v].defined()) {
+            const TensorMeta& want = graph_.values[v].meta;
+            values[v] = at::empty_strided(want.sizes, want.strides, at::TensorOptions().dtype(want.dtype));
+          }
+          whole = values[v];
+        }
+        whole.narrow(0, lo, rows).copy_(results[k]);
+      }
       return;
     }
     // By the first dimension of the outputs: rows of a product, samples of a pooling.

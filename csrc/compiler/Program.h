@@ -65,8 +65,10 @@ struct Step {
   std::vector<int> release;        // values whose last reader this step is
   std::vector<int> held;           // the released values' roots it touches (for a run side by side)
   // Side by side, a step may run in parts (Program::choose_parts): a product by rows of its output, a
-  // pooling by samples, a convolution's backward as its input's gradient and its weight's.
-  enum Split : uint8_t { Whole, Rows, Batch, Grads } split = Whole;
+  // pooling by samples (Batch: into its planned outputs; Samples: an attention's call per part, its
+  // results copied into the program's values), a convolution's backward as its input's gradient and its
+  // weight's.
+  enum Split : uint8_t { Whole, Rows, Batch, Samples, Grads } split = Whole;
   int parts = 1;
 };
 // convolution_backward's output_mask argument.
