@@ -521,33 +521,26 @@ def test_independent_steps_share_the_compute_units(python_subprocess):
             assert "gather_beside: aten::gather (line 5)" in str(e) and "out of bounds" in str(e), e
         assert all(o.cpu().eq(0).all() for o in outs), outs
         assert v.tolist() == [0.0, 1.0, 2.0, 3.0]
-        # a pooling in parts by samples, a convolution's backward as two calls
+        def gradients_equal_eager(net, x):
+            # 3 steps of net compiled beside net itself; the compiled programs' dumps
+            twin = copy.deepcopy(net)
+            compiled = torch.compile(twin, backend="mydev")
+            for _ in range(3):
+                for m in (net, compiled):
+                    m.zero_grad()
+                    m(x).square().mean().backward()
+            for p, q in zip(net.parameters(), twin.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+            return mc.dump(2)
         torch.manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.MaxPool2d(2),
-                                  torch.nn.Conv2d(16, 32, 3, padding=1)).to("mydev")
-        twin = copy.deepcopy(net)
-        compiled = torch.compile(twin, backend="mydev")
-        images = torch.randn(8, 3, 32, 32, device="mydev")
-        for _ in range(3):
-            for m in (net, compiled):
-                m.zero_grad()
-                m(images).square().mean().backward()
-        for p, q in zip(net.parameters(), twin.parameters()):
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
-        dumps = mc.dump(2)
+        # a pooling in parts by samples, a convolution's backward as two calls
+        dumps = gradients_equal_eager(torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.MaxPool2d(2), torch.nn.Conv2d(16, 32, 3, padding=1)
+        ).to("mydev"), torch.randn(8, 3, 32, 32, device="mydev"))
         assert "max_pool2d_with_indices (line" in dumps and dumps.count("in 2 parts") >= 2, dumps
         # attention in parts by samples, forward and backward
-        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).to("mydev")
-        twin = copy.deepcopy(layer)
-        compiled = torch.compile(twin, backend="mydev")
-        tokens = torch.randn(8, 32, 64, device="mydev")
-        for _ in range(3):
-            for m in (layer, compiled):
-                m.zero_grad()
-                m(tokens).square().mean().backward()
-        for p, q in zip(layer.parameters(), twin.parameters()):
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
-        dumps = mc.dump(2)
+        dumps = gradients_equal_eager(torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+                                      .to("mydev"), torch.randn(8, 32, 64, device="mydev"))
         assert dumps.count("flash_attention_for_cpu") >= 2 and all(
             "in 2 parts" in line for line in dumps.splitlines() if line.startswith("step") and "attention" in line), dumps
         for name in ("mlp", "cnn", "transformer"):
