@@ -1,5 +1,7 @@
 #include "ComputeUnits.h"
 
+#include <mydev_emulator.h>  // the emulator's compute units: a port rewrites this file
+
 #include <exception>
 #include <mutex>
 #include <thread>

@@ -5,7 +5,7 @@
 namespace my_device {
 
 // Inside a kernel: runs `work` on this thread and, at the same time, on each
-// of the device's other compute units that is free (mydevRunOnComputeUnits),
+// of the device's other compute units that is free (the emulator's, mydev_emulator.h),
 // each call as this kernel's own code (its context, thread state and warning
 // handling). `work` shares the kernel's work among however many calls there
 // are: one when no unit is free, or outside a kernel. An exception from any

@@ -5,12 +5,13 @@
  * On the emulator a kernel is a host function run by a stream's worker thread
  * on host-addressable device memory. These calls serve that model: launching
  * with flags that let a short kernel run at the call, the calling thread
- * running a task itself, inline launches in stream order, kernel addresses and
+ * running a task itself, a task's work shared among compute units, inline
+ * launches in stream order, kernel addresses and
  * strict mode, the launch-blocking query, a wait that leaves errors pending,
  * and a test hook. A real driver has no counterpart for them; a port does not
  * implement this header but rewrites the integration files that include it
  * (docs/porting.md lists them: csrc/core/Launch.h, csrc/core/Allocator.cpp,
- * csrc/native/hostkernel/HostCall.cpp, csrc/Module.cpp).
+ * csrc/core/ComputeUnits.cpp, csrc/native/hostkernel/HostCall.cpp, csrc/Module.cpp).
  */
 #ifndef MYDEV_EMULATOR_H
 #define MYDEV_EMULATOR_H

@@ -357,6 +357,42 @@ void testDeclaredMemoryRunsIndependentNodesTogether() {
   CHECK_OK(mydevStreamDestroy(s));
 }
 
+// Runs meetTheOther's wait on every compute unit mydevRunOnComputeUnits gives: each call counts the others.
+std::atomic<int> g_units{0};
+void meetOnAUnit(void*) {
+  g_units.fetch_add(1);
+  g_started.fetch_add(1);
+  for (int i = 0; i < 1000 && g_started.load() < 2; ++i) usleep(1000);
+  if (g_started.load() >= 2) g_met.fetch_add(1);
+}
+
+int shareTheUnits(void*) {
+  return mydevRunOnComputeUnits(meetOnAUnit, nullptr) == mydevSuccess ? 0 : 1;
+}
+
+void testLaunchedFunctionsShareComputeUnits() {
+  const char* units = std::getenv("MYDEV_COMPUTE_UNITS");
+  const bool one = units != nullptr && std::atoi(units) == 1;
+  CHECK_ERR(mydevRunOnComputeUnits(nullptr, nullptr), mydevErrorInvalidValue);
+  // Outside a launched function: once, on the calling thread.
+  g_units = 0;
+  g_started = 1;  // so that the call does not wait for a second one
+  CHECK_OK(mydevRunOnComputeUnits(meetOnAUnit, nullptr));
+  CHECK(g_units.load() == 1);
+  // Inside one: on the worker and, at the same time, on the other unit.
+  mydevStream_t s = newStream();
+  for (int round = 0; round < 3; ++round) {
+    g_units = 0;
+    g_started = 0;
+    g_met = 0;
+    CHECK_OK(mydevLaunchHostFuncLabeled(s, shareTheUnits, nullptr, "share"));
+    CHECK_OK(mydevStreamSynchronize(s));
+    CHECK(g_units.load() == (one ? 1 : 2));
+    CHECK(g_met.load() == (one ? 0 : 2));
+  }
+  CHECK_OK(mydevStreamDestroy(s));
+}
+
 int main() {
   // Two replay threads always, unless the run asks for serial replays: the
   // nodes below are too short for the runtime to choose them by itself.
@@ -367,6 +403,7 @@ int main() {
   testMultiStreamCapture();
   testRetainedObjectsAndFailures();
   testDeclaredMemoryRunsIndependentNodesTogether();
+  testLaunchedFunctionsShareComputeUnits();
   std::printf("%d passed, 0 failed\n", g_passed);
   return 0;
 }
