@@ -23,6 +23,7 @@
 #include <unordered_set>
 
 #include "Fusion.h"
+#include "core/ComputeUnits.h"
 #include "core/Device.h"
 #include "core/KernelArgs.h"
 #include "core/Launch.h"
@@ -1043,17 +1044,6 @@ std::vector<Touch> Program::touches(const Step& st) const {
   return out;
 }
 
-namespace {
-// MYDEV_COMPUTE_UNITS=N > 1 asks for independent work on N units always (mydev_emulator.h);
-// MYDEV_COMPUTE_UNITS=1 leaves one: every program runs in order.
-int compute_units_asked() {
-  static const int asked = [] {
-    const char* v = std::getenv("MYDEV_COMPUTE_UNITS");
-    return v != nullptr && *v != '\0' ? std::atoi(v) : 0;
-  }();
-  return asked;
-}
-} // namespace
 
 // Whether, and in how many parts, a step runs side by side (Step::Split): each part must have work enough
 // to pay for a hand-over between threads (a few microseconds).
@@ -1149,8 +1139,10 @@ void Program::plan_schedule() {
     }
     for (int r : held) ++held_users_[r];
   }
-  const int asked = compute_units_asked();
-  parallel_.store(asked == 1 ? Parallel::No : asked > 1 ? Parallel::Yes : Parallel::Unknown);
+  const SideBySide asked = side_by_side_asked();
+  parallel_.store(asked == SideBySide::Never    ? Parallel::No
+                  : asked == SideBySide::Always ? Parallel::Yes
+                                                : Parallel::Unknown);
 }
 
 std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs, c10::DeviceIndex device) {

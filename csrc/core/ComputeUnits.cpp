@@ -52,4 +52,14 @@ void run_on_compute_units(const std::function<void()>& work) {
   if (call.failure) std::rethrow_exception(call.failure);
 }
 
+SideBySide side_by_side_asked() {
+  static const SideBySide asked = [] {
+    int count = 0, forced = 0;
+    MYDEV_CHECK(mydevGetComputeUnits(&count, &forced));
+    if (!forced) return SideBySide::Decide;
+    return count > 1 ? SideBySide::Always : SideBySide::Never;
+  }();
+  return asked;
+}
+
 } // namespace my_device

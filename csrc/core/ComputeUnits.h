@@ -12,4 +12,9 @@ namespace my_device {
 // call is rethrown here once every call has returned.
 void run_on_compute_units(const std::function<void()>& work);
 
+// How work that could run side by side should: on every unit always, never
+// (one unit), or as the caller's own timing decides (the device's default).
+enum class SideBySide { Decide, Always, Never };
+SideBySide side_by_side_asked();
+
 } // namespace my_device

@@ -78,6 +78,12 @@ MYDEV_API mydevError_t mydevStreamCaptureDeclareMemory(mydevStream_t stream, con
  * kernel divides its work among the blocks it is given, and must not throw.
  * Outside a launched function fn runs once, on the calling thread. */
 MYDEV_API mydevError_t mydevRunOnComputeUnits(void (*fn)(void* user_data), void* user_data);
+/* The device's compute units (MYDEV_COMPUTE_UNITS, 2 unset), and whether the
+ * count was asked for (the variable is set). A caller that schedules its own
+ * independent work on them follows the rule replays follow: asked for, always
+ * side by side (count > 1) or never (count == 1); not asked for, its own
+ * timed run decides. */
+MYDEV_API mydevError_t mydevGetComputeUnits(int* count, int* asked);
 /* Nonzero when MYDEV_LAUNCH_BLOCKING=1, where every launch, copy and memset
  * runs at the call: a caller that would build a task holding its own copies of
  * its arguments (for a worker to run later) may run the work over them. */

@@ -116,3 +116,11 @@ extern "C" mydevError_t mydevRunOnComputeUnits(void (*fn)(void* user_data), void
   mydev_detail::runOnComputeUnits(fn, user_data);
   return mydevSuccess;
 }
+
+extern "C" mydevError_t mydevGetComputeUnits(int* count, int* asked) {
+  if (count == nullptr || asked == nullptr) return mydevErrorInvalidValue;
+  const mydev_detail::ComputeUnits units = mydev_detail::computeUnits();
+  *count = units.count;
+  *asked = units.always ? 1 : 0;
+  return mydevSuccess;
+}

@@ -374,6 +374,11 @@ void testLaunchedFunctionsShareComputeUnits() {
   const char* units = std::getenv("MYDEV_COMPUTE_UNITS");
   const bool one = units != nullptr && std::atoi(units) == 1;
   CHECK_ERR(mydevRunOnComputeUnits(nullptr, nullptr), mydevErrorInvalidValue);
+  int count = 0, asked = -1;
+  CHECK_ERR(mydevGetComputeUnits(nullptr, &asked), mydevErrorInvalidValue);
+  CHECK_OK(mydevGetComputeUnits(&count, &asked));
+  CHECK(count == (units == nullptr || *units == '\0' ? 2 : std::atoi(units)));
+  CHECK(asked == (units != nullptr && *units != '\0' ? 1 : 0));
   // Outside a launched function: once, on the calling thread.
   g_units = 0;
   g_started = 1;  // so that the call does not wait for a second one
