@@ -46,6 +46,34 @@ def test_moves_between_lazy_mydev_and_cpu():
     torch.testing.assert_close(torch.ones(2).to("lazy").to("mydev"), torch.ones(2, device="mydev"))
 
 
+def test_a_tensor_moved_from_mydev_arrives_with_no_history_as_from_the_cpu():
+    # A copy_ into an empty lazy tensor is a mutation functionalization records, and every view later taken
+    # of that tensor is rebuilt from its base at its first use; a tensor moved in arrives fresh instead.
+    w = torch.randn(5, 6, dtype=torch.complex64, device="mydev")
+    for source in (w, w.cpu(), w.real):
+        assert torch._functionalize_mutation_counter(source.to("lazy")) == 0
+
+
+@pytest.mark.parametrize("pending", [False, True])
+def test_a_gradient_moved_in_from_mydev_reaches_fft_backward_whole(pending):
+    # PyTorch's fft_r2c_backward holds its gradient's sizes across the first use of that gradient, a conj
+    # view here; when the view was rebuilt there (see above) the sizes it read were freed memory, and with
+    # another pending lazy tensor in the same graph the backward failed ("tensor a (10) ... b (6)").
+    x = torch.randn(5, 6, 7)
+    v = torch.randn(3)
+    other = torch.sin(v.to("lazy")) if pending else None
+    xm = x.to("mydev").requires_grad_()
+    y = torch.fft.ihfft(xm.to("lazy"), n=10, dim=1, norm="ortho")
+    torch._lazy.mark_step()
+    w = torch.randn(y.shape, dtype=y.dtype)
+    (got,) = torch.autograd.grad(y.to("mydev"), xm, w.to("mydev"))
+    xc = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(torch.fft.ihfft(xc, n=10, dim=1, norm="ortho"), xc, w)
+    torch.testing.assert_close(got.cpu(), want)
+    if other is not None:
+        torch.testing.assert_close(other.cpu(), torch.sin(v))
+
+
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 def test_training_matches_eager_and_steady_state_compiles_nothing(name):
     model, make_input = _models()[name]

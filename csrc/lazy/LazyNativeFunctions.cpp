@@ -8,6 +8,8 @@
 // Below that key (inside these kernels) tensors are plain lazy tensors.
 #include <ATen/ExpandUtils.h>
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/ops/_to_copy_native.h>
+#include <ATen/ops/_to_copy_ops.h>
 #include <ATen/ops/select_backward_ops.h>
 #include <ATen/ops/slice_backward_ops.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -15,6 +17,7 @@
 #include <torch/csrc/lazy/core/lazy_graph_executor.h>
 #include <torch/csrc/lazy/core/tensor.h>
 #include <torch/csrc/lazy/core/tensor_impl.h>
+#include <torch/library.h>
 
 #include "ShapeInference.h"
 #include "core/Device.h"
@@ -113,6 +116,33 @@ at::Tensor LazyNativeFunctions::_to_copy(const at::Tensor& self, std::optional<a
                                                             std::move(shapes));
   return wrap(torch::lazy::LazyTensor::Create(std::move(node), lazy_self->GetDevice()));
 }
+
+namespace {
+
+// mydev -> lazy takes the path CPU -> lazy takes. _to_copy's BackendSelect kernel dispatches on the target
+// device and the source's backend together, and PrivateUse1 outranks Lazy where CPU does not: without this
+// kernel a mydev source reached the composite _to_copy, an empty lazy tensor and a copy_ into it, and the
+// copy_ is a mutation functionalization records. Every view later taken of such a tensor (the conj view
+// ConjBackward makes of an incoming gradient) is rebuilt from its base at its first use, which replaces
+// the view's inner value; PyTorch's fft_r2c_backward holds that value's sizes (an ArrayRef) across such a
+// use, so it read freed memory (fft.ihfft's backward through a lazy tensor failed on a size of 10 that
+// was another tensor's). Here the value arrives as a fresh lazy tensor, with no history, as from the CPU.
+at::Tensor mydev_to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout, std::optional<at::Device> device,
+                         std::optional<bool> pin_memory, bool non_blocking,
+                         std::optional<at::MemoryFormat> memory_format) {
+  if (device && device->type() == c10::kLazy) {
+    return at::_ops::_to_copy::redispatch(c10::DispatchKeySet(c10::DispatchKey::Lazy), self, dtype, layout, device,
+                                          pin_memory, non_blocking, memory_format);
+  }
+  return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_to_copy", TORCH_FN(mydev_to_copy));
+}
+
+} // namespace
 
 at::Tensor LazyNativeFunctions::_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   torch::lazy::LazyTensorPtr src = torch::lazy::TryGetLtcTensor(self);
