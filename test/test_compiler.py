@@ -580,6 +580,34 @@ def test_relu_backward_reads_its_zero_as_a_number():
     assert "aten::where.self" in dumps and "aten::scalar_tensor" not in dumps, dumps
 
 
+def test_a_tensor_taken_apart_gets_its_gradient_as_one_cat():
+    """The gradient of q, k, v = proj[0], proj[1], proj[2] is the three gradients side by side
+    (stack_select_backward_sums), not three zero-filled tensors added; gradients stay eager's. A part
+    used twice or an index missing keeps the sum."""
+    torch.manual_seed(0)
+
+    def parts(x, w):
+        p = (x @ w).unflatten(-1, (3, 4)).movedim(-2, 0)
+        return p[0] * p[1] + p[2] * 2
+
+    def part_missing(x, w):
+        p = (x @ w).unflatten(-1, (3, 4)).movedim(-2, 0)
+        return p[0] * p[2]
+
+    for fn, cats in ((parts, True), (part_missing, False)):
+        torch._dynamo.reset()
+        x, w = torch.randn(5, 6), torch.randn(6, 12)
+        grads = []
+        for f in (fn, torch.compile(fn, backend="mydev")):
+            xd, wd = x.to(DEV).requires_grad_(), w.to(DEV).requires_grad_()
+            f(xd, wd).square().sum().backward()
+            grads.append((xd.grad, wd.grad))
+        for eager, compiled in zip(*grads):
+            torch.testing.assert_close(compiled, eager)
+        backward = mc.dump(1)
+        assert ("aten::cat" in backward and "select_backward" not in backward) == cats, backward
+
+
 def test_text_form_round_trips():
     text = ('program p\ninput %0 : Float[2,3]{3,1}+0\n'
             '%1, %2 = aten::var_mean.correction(%0, [i1], n, b1) : Float[2,1]{1,1}+0, Float[2,1]{1,1}+0\n'

@@ -204,6 +204,64 @@ def fold_scalar_fills(gm):
     return _rebuilt(gm, changed)
 
 
+_SELECT_BACKWARD = torch.ops.aten.select_backward.default
+_ADD = torch.ops.aten.add.Tensor
+
+
+def _select_backward_terms(node, root):
+    """The select_backward nodes that a tree of additions rooted at `root` sums, each read by that tree
+    only (the root aside), else None."""
+    if node.op != "call_function" or (node is not root and len(node.users) != 1):
+        return None
+    if node.target is _SELECT_BACKWARD:
+        return [node]
+    if node.target is not _ADD or len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
+        return None
+    terms = [_select_backward_terms(a, root) if isinstance(a, torch.fx.Node) else None for a in node.args]
+    return None if None in terms else terms[0] + terms[1]
+
+
+def stack_select_backward_sums(gm):
+    """Replaces a sum of `select_backward`s that fill every index of one dim once by one `cat`.
+
+    The backward of taking a tensor apart along a dim (nn.MultiheadAttention's packed projection,
+    `proj[0], proj[1], proj[2]`) writes each part's gradient into zeros of the whole shape and adds
+    the results: n fills, n copies and n - 1 additions of the whole tensor, where putting the parts
+    side by side is one copy. The values are the same (each element is one gradient's plus zeros),
+    but for a -0.0 gradient, which the additions make +0.0.
+    """
+    changed = False
+    for node in reversed(list(gm.graph.nodes)):
+        if node.op != "call_function" or node.target is not _ADD or getattr(node, "_erased", False):
+            continue
+        terms = _select_backward_terms(node, node)
+        if not terms:
+            continue
+        sizes, dim = terms[0].args[1], terms[0].args[2]
+        dim = dim % len(sizes)
+        out = node.meta.get("val")
+        if (any(t.args[1] != sizes or t.args[2] % len(sizes) != dim for t in terms)
+                or not isinstance(out, torch.Tensor)
+                or any(t.meta.get("val") is None or t.meta["val"].dtype != out.dtype for t in terms)):
+            continue
+        by_index = {t.args[3] % sizes[dim]: t for t in terms}
+        if sorted(by_index) != list(range(sizes[dim])) or len(terms) != sizes[dim]:
+            continue
+        parts = []
+        with gm.graph.inserting_before(node):
+            for i in range(sizes[dim]):
+                grad = by_index[i].args[0]
+                part = gm.graph.call_function(torch.ops.aten.unsqueeze.default, (grad, dim))
+                part.meta["val"] = torch.ops.aten.unsqueeze.default(grad.meta["val"], dim)
+                parts.append(part)
+            whole = gm.graph.call_function(torch.ops.aten.cat.default, (parts, dim))
+            whole.meta["val"] = torch.ops.aten.cat.default([p.meta["val"] for p in parts], dim)
+        node.replace_all_uses_with(whole)
+        gm.graph.eliminate_dead_code()
+        changed = True
+    return _rebuilt(gm, changed)
+
+
 def cluster_pointwise_chains(gm):
     """Reorders a functional graph so that each chain of pointwise ops over one shape is contiguous.
 
@@ -307,7 +365,8 @@ class CompiledGraph:
             split = split_host_prologue(gm)
             if split is not None:
                 self.prologue, gm = split
-            gm = cluster_pointwise_chains(fold_scalar_fills(fresh_eval_batch_norm_statistics(gm)))
+            gm = cluster_pointwise_chains(stack_select_backward_sums(
+                fold_scalar_fills(fresh_eval_batch_norm_statistics(gm))))
             self.lowered = self._lower(gm)
             if self.lowered is None:
                 self.prologue = None  # the whole original graph runs eagerly
