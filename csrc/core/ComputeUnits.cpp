@@ -33,8 +33,9 @@ struct ComputeUnitsCall {
   std::exception_ptr failure;
 };
 
-// A unit runs its calls with its share of the intra-op threads (OpenMP's and MKL's settings are the calling
-// thread's own): units side by side each using them all would ask for units x threads cores, and with the
+// A unit runs its calls with its share of the intra-op threads, set through OpenMP and MKL, whose settings are
+// the calling thread's own (ATen's set_num_threads is process-wide): units side by side each using them all
+// would ask for units x threads cores, and with the
 // machine's default of one thread a core, programs on two units ran 1.15-1.42x eager's time.
 class IntraOpShare {
  public:
