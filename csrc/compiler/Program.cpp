@@ -1044,7 +1044,6 @@ std::vector<Touch> Program::touches(const Step& st) const {
   return out;
 }
 
-
 // Whether, and in how many parts, a step runs side by side (Step::Split): each part must have work enough
 // to pay for a hand-over between threads (a few microseconds).
 void Program::choose_parts(Step& st) const {

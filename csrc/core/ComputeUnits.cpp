@@ -35,8 +35,8 @@ struct ComputeUnitsCall {
 
 // A unit runs its calls with its share of the intra-op threads, set through OpenMP and MKL, whose settings are
 // the calling thread's own (ATen's set_num_threads is process-wide): units side by side each using them all
-// would ask for units x threads cores, and with the
-// machine's default of one thread a core, programs on two units ran 1.15-1.42x eager's time.
+// would ask for units x threads cores, and with the machine's default of one thread a core, programs on two
+// units ran 1.15-1.42x eager's time.
 class IntraOpShare {
  public:
   explicit IntraOpShare(int threads) {
@@ -86,6 +86,20 @@ void run_on_unit(void* data) {
   }
 }
 
+// The device's compute units, and whether MYDEV_COMPUTE_UNITS asked for them: fixed for the process.
+struct Units {
+  int count = 1;
+  int asked = 0;
+};
+const Units& units() {
+  static const Units u = [] {
+    Units got;
+    MYDEV_CHECK(mydevGetComputeUnits(&got.count, &got.asked));
+    return got;
+  }();
+  return u;
+}
+
 } // namespace
 
 void run_on_compute_units(const std::function<void()>& work) {
@@ -94,22 +108,15 @@ void run_on_compute_units(const std::function<void()>& work) {
     work();
     return;
   }
-  int units = 1, asked = 0;
-  MYDEV_CHECK(mydevGetComputeUnits(&units, &asked));
-  ComputeUnitsCall call{&work, std::this_thread::get_id(), *kernel, std::max(1, at::get_num_threads() / std::max(1, units)),
-                        {}, nullptr};
+  ComputeUnitsCall call{&work, std::this_thread::get_id(), *kernel,
+                        std::max(1, at::get_num_threads() / std::max(1, units().count)), {}, nullptr};
   MYDEV_CHECK(mydevRunOnComputeUnits(run_on_unit, &call));
   if (call.failure) std::rethrow_exception(call.failure);
 }
 
 SideBySide side_by_side_asked() {
-  static const SideBySide asked = [] {
-    int count = 0, forced = 0;
-    MYDEV_CHECK(mydevGetComputeUnits(&count, &forced));
-    if (!forced) return SideBySide::Decide;
-    return count > 1 ? SideBySide::Always : SideBySide::Never;
-  }();
-  return asked;
+  if (!units().asked) return SideBySide::Decide;
+  return units().count > 1 ? SideBySide::Always : SideBySide::Never;
 }
 
 } // namespace my_device
