@@ -700,3 +700,59 @@ def test_a_python_float_that_changes_at_every_call_does_not_keep_a_call_at_the_c
         assert torch.equal(got.cpu(), x * lr)
     got, was_queued = queued(lambda: d * float("nan"))   # another class of value: a new signature
     assert not was_queued and torch.equal(got.cpu().isnan(), (x * float("nan")).isnan())
+
+
+CAT_ARGMAX = [
+    ("cat along a middle dim", lambda x: torch.cat([x, x[:, :2] * 2], 1)),
+    ("cat of a transposed and a contiguous input", lambda x: torch.cat([x.transpose(0, 1), x[:1].reshape(6, 1, 8)], 1)),
+    ("cat promoting float and int64", lambda x: torch.cat([x[0], (x[1] * 10).long()])),
+    ("cat skipping a legacy empty input", lambda x: torch.cat([torch.empty(0, device=x.device), x, x], 2)),
+    ("cat of one tensor twice, channels_last", lambda x: torch.cat([x.unsqueeze(0).to(
+        memory_format=torch.channels_last)] * 2, 1)),
+    ("argmax over a dim", lambda x: x.argmax(1)),
+    ("argmax of everything", lambda x: x.argmax()),
+    ("argmax keepdim, int64", lambda x: (x * 10).long().argmax(-1, keepdim=True)),
+    ("argmin over a dim", lambda x: torch.argmin(x, 0)),
+    ("argmax over a dim of size 1", lambda x: x[:, :1].argmax(1)),
+]
+
+
+@pytest.mark.parametrize("name,fn", CAT_ARGMAX)
+def test_cat_argmax_and_argmin_are_queued_kernels_of_their_own(name, fn):
+    """A decoder's step: a cat a layer for its key/value cache, an argmax for the next token. Each takes
+    its structured CPU kernel, queued (not the generic host kernel), with CPU's results."""
+    check_queued_like_cpu(fn, X)
+    d = X.to("mydev")
+    got, host_calls = host_kernel_calls(lambda: fn(d))
+    assert host_calls == 0
+    assert torch.equal(got.cpu(), fn(X))
+
+
+def test_cat_and_argmax_errors_come_at_the_call_as_on_the_cpu_and_lose_nothing():
+    x = torch.randn(3, 4)
+    d = x.to("mydev")
+    bad_calls = [
+        lambda t: torch.cat([t, t[:, :2]], 0),  # sizes differ outside the dim
+        lambda t: torch.cat([t, t], 2),  # dim out of range
+        lambda t: torch.cat([t, t.view(12)]),  # ranks differ
+        lambda t: torch.cat([t.sum(), t.sum()]),  # zero-dim inputs
+        lambda t: t[:0].argmax(),  # nothing to reduce
+        lambda t: t[:, :0].argmin(1),
+        lambda t: torch.complex(t, t).argmax(),
+        lambda t: (t > 0).argmax(0),
+        lambda t: t.argmax(5),
+    ]
+    for bad in bad_calls:
+        with pytest.raises(Exception) as cpu_error:
+            bad(x)
+        with pytest.raises(Exception) as dev_error:
+            bad(d)
+        torch.mydev.synchronize()
+        assert type(dev_error.value) is type(cpu_error.value)
+        assert str(dev_error.value) == str(cpu_error.value)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.cat([d, x])
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.cat([x, d])
+    assert torch.equal(torch.cat([d, d]).cpu(), torch.cat([x, x]))
+    assert torch.equal(d.argmax(1).cpu(), x.argmax(1))

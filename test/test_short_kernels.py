@@ -209,6 +209,23 @@ def test_softmax_on_the_device_tensors_themselves(fn, shape, dim):
     assert aliases == 0
 
 
+def test_cat_and_argmax_on_the_device_tensors_themselves():
+    # Contiguous inputs of one floating dtype take cat's memcpy or serial loop, and argmax its reduction,
+    # over the caller's tensors (RunsOnDeviceTensors in TensorShape.cpp, ReduceOps.cpp); a cat of
+    # transposed inputs may take a TensorIterator copy, and aliases its operands.
+    x = torch.randn(4, 6, 8)
+    d = x.to("mydev")
+    cases = [(lambda t: torch.cat([t, t * 2], 2), 0), (lambda t: torch.cat([t[0], t[1]]), 0),
+             (lambda t: t.argmax(-1), 0), (lambda t: t.argmin(), 0), (lambda t: t[:, :1].argmax(1), 0),
+             (lambda t: torch.cat([t.transpose(1, 2), t.transpose(1, 2)], 1), 3)]
+    for fn, want_aliases in cases:
+        fn(d)
+        torch.mydev.synchronize()
+        got, aliases = host_aliases(lambda: fn(d))
+        assert torch.equal(got.cpu(), fn(x))
+        assert aliases == want_aliases
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weighted"])
 def test_nll_loss_on_the_device_tensors_themselves(reduction, weighted):

@@ -75,6 +75,10 @@ constexpr bool kIterator = std::is_base_of_v<at::TensorIteratorBase, Base>;
 // destroyed regardless of the caller's reference).
 template <class Base, size_t N = 1>
 struct Functional final : Base {
+  Functional() = default;
+  // What meta() left in Base (cat's precomputed values, which its impl()
+  // takes), without the outputs: a queued job's copy of the caller's.
+  explicit Functional(const Base& after_meta) : Base(after_meta) {}
   void set_output_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                           c10::TensorOptions options) override {
     outputs[idx] = empty_device(sizes, strides, options);
@@ -282,6 +286,11 @@ c10::DeviceIndex launch_device(const Args&... args) {
     const at::Tensor* t = nullptr;
     if constexpr (std::is_same_v<A, at::Tensor>) t = &a;
     if constexpr (std::is_same_v<A, HeldOptionalTensor>) t = &a.tensor();
+    if constexpr (std::is_same_v<A, std::vector<at::Tensor>>) {
+      for (const at::Tensor& e : a) {
+        if (device < 0 && e.defined() && e.device().type() == kMyDev) device = e.device().index();
+      }
+    }
     if (t != nullptr && device < 0 && t->defined() && t->device().type() == kMyDev) device = t->device().index();
   };
   (visit(args), ...);
@@ -312,6 +321,9 @@ int64_t operand_elements(const Args&... args) {
     using A = std::decay_t<decltype(a)>;
     if constexpr (std::is_same_v<A, at::Tensor>) n += a.defined() ? a.numel() : 0;
     if constexpr (std::is_same_v<A, HeldOptionalTensor>) n += a.tensor().defined() ? a.tensor().numel() : 0;
+    if constexpr (std::is_same_v<A, std::vector<at::Tensor>>) {
+      for (const at::Tensor& e : a) n += e.defined() ? e.numel() : 0;
+    }
   };
   (visit(args), ...);
   return n;
@@ -383,6 +395,12 @@ class HostOperands {
   }
   HeldOptionalTensor alias(const HeldOptionalTensor& t) {
     return t.tensor().defined() ? HeldOptionalTensor(alias(t.tensor())) : t;
+  }
+  std::vector<at::Tensor> alias(const std::vector<at::Tensor>& list) {
+    std::vector<at::Tensor> host;
+    host.reserve(list.size());
+    for (const at::Tensor& t : list) host.push_back(alias(t));
+    return host;
   }
   template <class T>
   const T& alias(const T& value) {
@@ -528,6 +546,9 @@ C10_NOINLINE void run_first_call(c10::DeviceIndex device, Op& op, Impl impl) {
 // the call and CUDA's host code checks before its launch.
 template <class T>
 void add_dtype(uint64_t& signature, const T& arg) {
+  if constexpr (std::is_same_v<T, std::vector<at::Tensor>>) {
+    for (const at::Tensor& t : arg) add_dtype(signature, t);
+  }
   if constexpr (std::is_same_v<T, at::Tensor> || std::is_same_v<T, std::optional<at::Tensor>>) {
     const at::Tensor* t = nullptr;
     if constexpr (std::is_same_v<T, at::Tensor>) {
@@ -693,15 +714,15 @@ MYDEV_ALWAYS_INLINE std::array<at::Tensor, N> queue_functional(const char* label
     // (A few hundred bytes: malloc's per-thread cache serves it faster than
     // Pooled's locked free list, which is for TensorIterator jobs.)
     struct Job {
-      explicit Job(c10::DeviceIndex device) : held(device), host(&held) {}
+      Job(c10::DeviceIndex device, const Base& after_meta) : held(device), host(&held), op(after_meta) {}
       KernelArgs held;
       HostOperands host;
       std::optional<std::tuple<std::decay_t<decltype(host.alias(std::declval<const Args&>()))>...>> args;
       std::array<at::Tensor, N> outputs;
-      Functional<Base, N> op;  // impl() only: meta() ran on the caller's
+      Functional<Base, N> op;  // impl() only: meta() ran on the caller's, and left this its state
     };
     static_assert(sizeof(Job) <= 1024, "larger than malloc's per-thread cache serves: derive Job from Pooled");
-    auto job = std::make_unique<Job>(launch_device(args...));
+    auto job = std::make_unique<Job>(launch_device(args...), op);
     TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
                           job->held.device());
     job->host.set_touch(Touch::kReads);
