@@ -10,7 +10,7 @@
 // DispatchStub, whose PrivateUse1 slot mirror_cpu_stub fills with the CPU loop.
 // A vendor plugs in device loops by registering theirs in that slot instead.
 // Op families using this: BinaryOps.cpp, UnaryOps.cpp, SoftMax.cpp, LinearAlgebra.cpp,
-// ReduceOps.cpp, TensorCompare.cpp, LossOps.cpp, and Normalization.cpp (layer
+// ReduceOps.cpp, TensorCompare.cpp, TensorShape.cpp, LossOps.cpp, and Normalization.cpp (layer
 // norm, which ATen does not write as a structured kernel, given that shape).
 //
 // The entry points (functional, queue_functional, in_place and their at-call
