@@ -549,6 +549,37 @@ def test_independent_steps_share_the_compute_units(python_subprocess):
     assert result.stdout.split()[-1:] == ["ok"], result.stdout
 
 
+def test_units_side_by_side_share_the_intra_op_threads_and_a_step_run_alone_has_them_all(python_subprocess):
+    """Two units running steps side by side each get their share of torch's intra-op threads (OpenMP's and MKL's
+    per-thread settings); a step the other units wait for gets them all. A probe op reports what its step saw."""
+    code = """
+        import os, torch, my_device, my_device.compiler as mc
+        lib = torch.library.Library("probe", "DEF")
+        lib.define("threads(Tensor x) -> Tensor")
+        for key in ("CPU", "Meta"):
+            lib.impl("threads", lambda x: torch.full_like(x, torch.get_num_threads()), key)
+        t = "Float[4]{1}+0"
+        p = mc.compile(f"program share\\ninput %0 : {t}\\ninput %1 : {t}\\n%2 = probe::threads(%0) : {t}\\n"
+                       f"%3 = probe::threads(%1) : {t}\\n%4 = aten::add.Tensor(%2, %3, i1) : {t}\\n"
+                       f"%5 = probe::threads(%4) : {t}\\noutput %2 %3 %5\\n")
+        # (a stream's worker takes torch's setting at its first kernel, so one setting a process)
+        threads = int(os.environ["THREADS"])
+        torch.set_num_threads(threads)
+        for _ in range(5):
+            first, second, last = (o.cpu()[0].item() for o in p.run([torch.zeros(4, device="mydev")] * 2))
+            # the first step starts with the second ready beside it; the second may find the other unit
+            # busy elsewhere, and then runs alone; the last waits for both
+            assert first == max(1, threads // 2) and second in (first, threads) and last == threads, (
+                threads, first, second, last)
+        assert p.runs_side_by_side is True
+        print("ok")
+    """
+    for threads in ("2", "1", "4"):
+        result = python_subprocess(code, env={"MYDEV_COMPUTE_UNITS": "2", "THREADS": threads}, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split()[-1:] == ["ok"], result.stdout
+
+
 def test_the_second_run_decides_whether_steps_run_side_by_side():
     shape = "Float[48,48]{48,1}+0"
     pair = mc.compile(f"program pair\ninput %0 : {shape}\ninput %1 : {shape}\n%2 = aten::mm(%0, %1) : {shape}\n"

@@ -1,9 +1,12 @@
 #include "StepSchedule.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <optional>
 
 #include "core/ComputeUnits.h"
 
@@ -90,6 +93,8 @@ void StepSchedule::run(const std::function<void(size_t, int)>& step,
     if (waiting[i] == 0) make_ready(i);
   }
   size_t done = 0;
+  int running = 0;
+  const int all_threads = at::get_num_threads();  // (on a unit it is the unit's share)
   bool failed = false;
   size_t failed_step = n;
   std::exception_ptr failure;
@@ -103,14 +108,22 @@ void StepSchedule::run(const std::function<void(size_t, int)>& step,
       ready.pop_back();
       // Another thread may take this step's next part, or a step made ready meanwhile.
       if (!ready.empty()) changed.notify_one();
+      // A step nothing else can run beside (the others wait for it: no step runs, none is ready, and
+      // none can become ready until it ends) gets every intra-op thread: a chain of convolutions
+      // would otherwise run each on one unit's share of them while the other units sleep.
+      const bool alone = ready.empty() && running == 0;
+      ++running;
       lock.unlock();
       std::exception_ptr thrown;
       try {
+        std::optional<IntraOpThreads> all;
+        if (alone) all.emplace(all_threads);
         step(i, part);
       } catch (...) {
         thrown = std::current_exception();
       }
       lock.lock();
+      --running;
       if (thrown) {
         if (i < failed_step) {
           failed_step = i;

@@ -33,51 +33,19 @@ struct ComputeUnitsCall {
   std::exception_ptr failure;
 };
 
-// A unit runs its calls with its share of the intra-op threads, set through OpenMP and MKL, whose settings are
-// the calling thread's own (ATen's set_num_threads is process-wide): units side by side each using them all
-// would ask for units x threads cores, and with the machine's default of one thread a core, programs on two
-// units ran 1.15-1.42x eager's time.
-class IntraOpShare {
- public:
-  explicit IntraOpShare(int threads) {
-#if AT_PARALLEL_OPENMP
-    omp_saved_ = omp_get_max_threads();
-    omp_set_num_threads(threads);
-#endif
-#if AT_MKL_ENABLED()
-    mkl_saved_ = MKL_Set_Num_Threads_Local(threads);
-#endif
-  }
-  ~IntraOpShare() {
-#if AT_MKL_ENABLED()
-    MKL_Set_Num_Threads_Local(mkl_saved_);
-#endif
-#if AT_PARALLEL_OPENMP
-    omp_set_num_threads(omp_saved_);
-#endif
-  }
-  IntraOpShare(const IntraOpShare&) = delete;
-  IntraOpShare& operator=(const IntraOpShare&) = delete;
-
- private:
-  int omp_saved_ = 0;
-  int mkl_saved_ = 0;
-};
-
 // The runtime calls this once per unit; nothing may unwind through it.
 void run_on_unit(void* data) {
   auto* call = static_cast<ComputeUnitsCall*>(data);
   try {
     if (std::this_thread::get_id() == call->caller) {
-      IntraOpShare share(call->threads);
+      IntraOpThreads share(call->threads);
       (*call->work)();
     } else {
       // A helper is a thread of its own: it takes on what a stream's worker has around a queued kernel.
-      at::internal::lazy_init_num_threads();
       KernelThreadState state;
       KernelScope in_kernel(call->context);
       c10::WarningUtils::WarningHandlerGuard keep_warnings(kernel_warning_collector());
-      IntraOpShare share(call->threads);
+      IntraOpThreads share(call->threads);
       (*call->work)();
     }
   } catch (...) {
@@ -101,6 +69,31 @@ const Units& units() {
 }
 
 } // namespace
+
+// Units side by side each using every intra-op thread would ask for units x threads cores: with the machine's
+// default of one thread a core, programs on two units ran 1.15-1.42x eager's time.
+IntraOpThreads::IntraOpThreads(int threads) {
+  // ATen sets a thread's OpenMP threads to its own count at the thread's first parallel call, once per thread
+  // as libtorch's flag records (at::internal::lazy_init_num_threads, inline, may keep a flag of its own in
+  // this library): asking libtorch now means it cannot undo the setting below later.
+  (void)at::get_num_threads();
+#if AT_PARALLEL_OPENMP
+  omp_saved_ = omp_get_max_threads();
+  omp_set_num_threads(threads);
+#endif
+#if AT_MKL_ENABLED()
+  mkl_saved_ = MKL_Set_Num_Threads_Local(threads);
+#endif
+}
+
+IntraOpThreads::~IntraOpThreads() {
+#if AT_MKL_ENABLED()
+  MKL_Set_Num_Threads_Local(mkl_saved_);
+#endif
+#if AT_PARALLEL_OPENMP
+  omp_set_num_threads(omp_saved_);
+#endif
+}
 
 void run_on_compute_units(const std::function<void()>& work) {
   const KernelContext* kernel = current_kernel();

@@ -12,6 +12,22 @@ namespace my_device {
 // call is rethrown here once every call has returned.
 void run_on_compute_units(const std::function<void()>& work);
 
+// This thread's intra-op threads (OpenMP's and MKL's settings, which are per
+// thread; ATen's set_num_threads is process-wide) set to `threads` while it
+// lives. A unit runs its share of work with its share of them; work the other
+// units wait for, with them all.
+class IntraOpThreads {
+ public:
+  explicit IntraOpThreads(int threads);
+  ~IntraOpThreads();
+  IntraOpThreads(const IntraOpThreads&) = delete;
+  IntraOpThreads& operator=(const IntraOpThreads&) = delete;
+
+ private:
+  int omp_saved_ = 0;
+  int mkl_saved_ = 0;
+};
+
 // How work that could run side by side should: on every unit always, never
 // (one unit), or as the caller's own timing decides (the device's default).
 enum class SideBySide { Decide, Always, Never };
