@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 from torch import nn
-from torch._inductor.utils import run_and_get_code
+from torch._inductor.utils import fresh_cache, run_and_get_code
 
 import my_device
 from my_device import ops
@@ -121,6 +121,46 @@ def test_scheduler_cpu_check_workaround_still_needed():
             torch.compile(model)(x).sum().backward()
     finally:
         BaseSchedulerNode.is_cpu = patched
+
+
+def _pool_kernel_buffers():
+    """The buffers Inductor's code for max_pool2d_with_indices(relu(x + b)) on mydev allocates, by dtype."""
+    def f(x, b):
+        return nn.functional.max_pool2d_with_indices(torch.relu(x + b.view(1, -1, 1, 1)), 2)
+
+    torch._dynamo.reset()
+    x, b = torch.randn(2, 4, 8, 8), torch.randn(4)
+    with fresh_cache():  # (code from the cache would not be printed)
+        out, (code,) = run_and_get_code(torch.compile(f), x.to(DEV), b.to(DEV))
+    want = f(x, b)
+    assert torch.equal(out[0].cpu(), want[0]) and torch.equal(out[1].cpu(), want[1])
+    buffers = re.findall(r"= empty_strided_mydev\(.*?torch\.(\w+)", code)
+    assert "float32" in buffers, code
+    return buffers
+
+
+def test_a_pooling_compiles_to_the_cpus_kernel():
+    # The window offsets stay inside the kernel, as on the CPU: no int8 buffer.
+    assert "int8" not in _pool_kernel_buffers()
+
+
+def test_realization_heuristics_workaround_still_needed():
+    # my_device/inductor/backend.py answers True for mydev nodes in ir.is_cpu, the
+    # device test behind lowering's realization thresholds. When this test
+    # fails, torch picks them by the backend: remove the workaround.
+    import torch._inductor.ir as ir
+
+    import my_device.inductor.backend as backend
+
+    backend.register()
+    patched = ir.is_cpu
+    assert getattr(patched, "_torch_original", None) is not None
+    ir.is_cpu = patched._torch_original
+    try:
+        assert "int8" in _pool_kernel_buffers()
+    finally:
+        ir.is_cpu = patched
+        torch._dynamo.reset()
 
 
 def test_dynamo_device_interface_workaround_still_needed(python_subprocess):

@@ -53,6 +53,27 @@ def _patch_scheduler_cpu_checks() -> None:
         test="test_inductor.py::test_scheduler_cpu_check_workaround_still_needed")
 
 
+@functools.cache
+def _patch_realization_heuristics() -> None:
+    # WORKAROUND (torch 2.13): ir.is_cpu picks the C++ backend's thresholds for
+    # when lowering realizes an intermediate into a buffer (an inner function's
+    # op count, the reads accumulated, reuse of heavy ops), by device type, so
+    # mydev, whose kernels CppScheduling writes too, got the GPU backends'. With
+    # them a max pooling's int8 window offsets became a buffer of their own,
+    # and the loop writing them ran unvectorized: max_pool2d(relu(x + b)) on
+    # (8, 16, 32, 32) compiled ran 2.5x the CPU's time (1.04 against 0.42 ms);
+    # with the CPU's thresholds the kernels are the CPU's. ir.is_cpu is used by
+    # those three heuristics only. test_inductor.py::
+    # test_realization_heuristics_workaround_still_needed fails once torch asks
+    # the backend instead.
+    import torch._inductor.ir as ir
+
+    _wrap(ir, "is_cpu", lambda x: True if ir.get_device_type(x) == "mydev" else None,
+          why="lowering's realization thresholds are the C++ backend's only for device type 'cpu'; mydev's "
+              "kernels are C++ too, and with the GPU thresholds a pooling's kernel was not vectorized",
+          test="test_inductor.py::test_realization_heuristics_workaround_still_needed")
+
+
 def _wrap(module, name: str, for_mydev, why: str, test: str) -> None:
     """Replaces module.name by a function that answers `for_mydev(*args)` (or the original's answer when
     that returns None), through _patches."""
@@ -128,6 +149,7 @@ def register() -> None:
     """Everything Inductor needs beyond what it asks torch.mydev for."""
     register_device_op_overrides("mydev", MydevDeviceOpOverrides())
     _patch_scheduler_cpu_checks()
+    _patch_realization_heuristics()
     _patch_backend_name()
     _patch_precompiled_header_names()
     # The device interface is normally registered by the import hook; a
