@@ -163,6 +163,37 @@ def test_realization_heuristics_workaround_still_needed():
         torch._dynamo.reset()
 
 
+def _compiled_division_mismatches():
+    """How many elements of compiled x / 3.0 on mydev differ from eager's."""
+    torch._dynamo.reset()
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).to(DEV)
+    with fresh_cache():
+        return (torch.compile(lambda t: t / 3.0)(x) != x / 3.0).sum().item()
+
+
+def test_a_division_by_a_constant_compiles_to_eagers_results():
+    assert _compiled_division_mismatches() == 0
+
+
+def test_division_by_constant_workaround_still_needed():
+    # my_device/inductor/backend.py hides a mydev divisor from lowering.get_constant_value, which lowers a
+    # division by a constant as a multiplication by its reciprocal on every device but "cpu". When this
+    # test fails, torch keeps the division for C++ kernels: remove the workaround.
+    import torch._inductor.lowering as lowering
+
+    import my_device.inductor.backend as backend
+
+    backend.register()
+    patched = lowering.get_constant_value
+    assert getattr(patched, "_torch_original", None) is not None
+    lowering.get_constant_value = patched._torch_original
+    try:
+        assert _compiled_division_mismatches() > 0
+    finally:
+        lowering.get_constant_value = patched
+        torch._dynamo.reset()
+
+
 def test_dynamo_device_interface_workaround_still_needed(python_subprocess):
     # my_device/_import_hooks.py registers mydev's Dynamo device interface when
     # torch._dynamo is imported, because Dynamo never asks the privateuse1
