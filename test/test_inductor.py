@@ -185,6 +185,71 @@ def test_division_by_constant_workaround_still_needed():
         assert _compiled_division_mismatches() > 0
 
 
+def _nanquantile_backward_compiles():
+    """Whether nanquantile of a 0-dim tensor at two quantiles (an OpInfo sample) compiles forward and backward
+    on mydev; if so, its gradients must be eager's."""
+    torch._dynamo.reset()
+    grads = []
+    for compiled in (False, True):
+        x = torch.tensor(0.5, device=DEV, requires_grad=True)
+        q = torch.tensor([0.25, 0.75], device=DEV, requires_grad=True)
+        fn = torch.compile(torch.nanquantile) if compiled else torch.nanquantile
+        try:
+            with fresh_cache():
+                fn(x, q).sum().backward()
+        except Exception as e:  # the code generation's assertion, as an InductorError
+            assert compiled and "AssertionError" in str(e), e
+            return False
+        grads.append((x.grad.cpu(), None if q.grad is None else q.grad.cpu()))
+    assert torch.equal(grads[0][0], grads[1][0])
+    assert (grads[0][1] is None) == (grads[1][1] is None)
+    return True
+
+
+def test_a_scatter_sum_compiles_as_on_the_cpu():
+    assert _nanquantile_backward_compiles()
+
+
+def test_scatter_fallback_workaround_still_needed():
+    # my_device/inductor/backend.py passes "cpu" for mydev to use_scatter_fallback. When this test fails,
+    # torch decides by the backend: remove the workaround.
+    import torch._inductor.decomposition as decomposition
+    import torch._inductor.lowering as lowering
+    import torch._inductor.utils as utils
+
+    with _torch_original(utils, "use_scatter_fallback"), _torch_original(decomposition, "use_scatter_fallback"), \
+            _torch_original(lowering, "use_scatter_fallback"):
+        assert not _nanquantile_backward_compiles()
+
+
+def _batch_norm_saved_shapes():
+    """The shapes of native_batch_norm's saved mean outside training and in it, compiled on mydev, each
+    with eager's."""
+    torch._dynamo.reset()
+    x, w, b = torch.randn(3, 2, 4, device=DEV), torch.ones(2, device=DEV), torch.zeros(2, device=DEV)
+
+    def f(x, training):
+        return torch.ops.aten.native_batch_norm(x, w, b, torch.zeros(2, device=DEV), torch.ones(2, device=DEV),
+                                                training, 0.1, 1e-5)
+
+    with fresh_cache():
+        return [(torch.compile(f)(x, t)[1].shape, f(x, t)[1].shape) for t in (False, True)]
+
+
+def test_a_compiled_batch_norm_saves_what_the_cpus_kernel_saves():
+    for compiled, eager in _batch_norm_saved_shapes():
+        assert compiled == eager
+
+
+def test_batch_norm_decomposition_workaround_still_needed():
+    # my_device/inductor/backend.py gives the batch-norm decomposition the CPU's saved statistics for mydev.
+    # When this test fails, torch decides by the kernel, not the device type: remove the workaround.
+    import torch._decomp.decompositions as decompositions
+
+    with _torch_original(decompositions, "native_batch_norm_helper"):
+        assert any(compiled != eager for compiled, eager in _batch_norm_saved_shapes())
+
+
 def test_dynamo_device_interface_workaround_still_needed(python_subprocess):
     # my_device/_import_hooks.py registers mydev's Dynamo device interface when
     # torch._dynamo is imported, because Dynamo never asks the privateuse1
