@@ -185,43 +185,6 @@ def test_division_by_constant_workaround_still_needed():
         assert _compiled_division_mismatches() > 0
 
 
-def _nanquantile_backward_compiles():
-    """Whether nanquantile of a 0-dim tensor at two quantiles (an OpInfo sample) compiles forward and backward
-    on mydev; if so, its gradients must be eager's."""
-    torch._dynamo.reset()
-    grads = []
-    for compiled in (False, True):
-        x = torch.tensor(0.5, device=DEV, requires_grad=True)
-        q = torch.tensor([0.25, 0.75], device=DEV, requires_grad=True)
-        fn = torch.compile(torch.nanquantile) if compiled else torch.nanquantile
-        try:
-            with fresh_cache():
-                fn(x, q).sum().backward()
-        except Exception as e:  # the code generation's assertion, as an InductorError
-            assert compiled and "AssertionError" in str(e), e
-            return False
-        grads.append((x.grad.cpu(), None if q.grad is None else q.grad.cpu()))
-    assert torch.equal(grads[0][0], grads[1][0])
-    assert (grads[0][1] is None) == (grads[1][1] is None)
-    return True
-
-
-def test_a_scatter_sum_compiles_as_on_the_cpu():
-    assert _nanquantile_backward_compiles()
-
-
-def test_scatter_fallback_workaround_still_needed():
-    # my_device/inductor/backend.py passes "cpu" for mydev to use_scatter_fallback. When this test fails,
-    # torch decides by the backend: remove the workaround.
-    import torch._inductor.decomposition as decomposition
-    import torch._inductor.lowering as lowering
-    import torch._inductor.utils as utils
-
-    with _torch_original(utils, "use_scatter_fallback"), _torch_original(decomposition, "use_scatter_fallback"), \
-            _torch_original(lowering, "use_scatter_fallback"):
-        assert not _nanquantile_backward_compiles()
-
-
 def _batch_norm_saved_shapes():
     """The shapes of native_batch_norm's saved mean outside training and in it, compiled on mydev, each
     with eager's."""
