@@ -131,7 +131,7 @@ class BuildExtensionWithRuntime(BuildExtension.with_options(use_ninja=True)):
 
 setup(
     packages=find_packages(include=["my_device", "my_device.*"]),
-    package_data={"my_device": [f"lib{RUNTIME_LIB}.so"]},
+    package_data={"my_device": [f"lib{RUNTIME_LIB}.so", "inductor/kernel_prelude.h"]},
     ext_modules=[
         CppExtension(
             name="my_device._C",

@@ -264,3 +264,50 @@ def test_graph_on_second_device_allocates_and_runs_there():
     assert out.device == torch.device("mydev:1")
     torch.testing.assert_close(out.cpu(), f(x, w))
     assert torch.mydev.current_device() == 0
+
+
+def _relu_masks(x):
+    # relu's backward mask and a comparison: float lane masks stored to and loaded from bool memory
+    return torch.nn.functional.max_pool2d(x.relu(), 2), x <= 0
+
+
+@pytest.mark.parametrize("cpp_wrapper", [False, True], ids=["python_wrapper", "cpp_wrapper"])
+def test_bool_masks_compile_with_the_kernel_prelude(cpp_wrapper, monkeypatch):
+    # my_device/inductor/kernel_prelude.h replaces at::vec's generic bool-mask store and load in mydev kernels.
+    # Shapes whose element count is not a multiple of the vector width reach the partial store and load.
+    from my_device.inductor import kernels
+
+    sources = []
+    for name in ("load", "load_async"):
+        def recording(source, *args, _load=getattr(kernels.KernelCodeCache, name), **kwargs):
+            sources.append(source)
+            return _load(source, *args, **kwargs)
+        monkeypatch.setattr(kernels.KernelCodeCache, name, recording)
+    torch._dynamo.reset()
+    for shape in [(8, 4, 16, 16), (3, 5, 6, 6), (1, 1, 2, 2)]:
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape)))
+        xc, xm = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+        with torch._inductor.config.patch(cpp_wrapper=cpp_wrapper), fresh_cache():
+            (got_pool, got_mask), codes = run_and_get_code(torch.compile(_relu_masks, dynamic=False), xm)
+            got_pool.sum().backward()
+        want_pool, want_mask = _relu_masks(xc)
+        want_pool.sum().backward()
+        assert torch.equal(got_pool.cpu(), want_pool) and torch.equal(got_mask.cpu(), want_mask)
+        assert torch.equal(xm.grad.cpu(), xc.grad)
+        if cpp_wrapper:
+            sources.extend(codes)
+    assert any("mydev_mask_from_bytes" in s and "bool*" in s for s in sources)
+    torch._dynamo.reset()
+
+
+def test_bool_mask_prelude_still_needed():
+    # kernel_prelude.h specializes VecMask<float, 1>'s bool store and load for AVX2. When this test fails,
+    # at::vec has its own specialization or no longer converts through the generic lane-by-lane path:
+    # measure again (bench/bench_compile.py, the cnn case) and remove the prelude if it no longer helps.
+    import os
+
+    vec = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "cpu", "vec")
+    generic = open(os.path.join(vec, "vec_mask.h")).read()
+    avx2 = open(os.path.join(vec, "vec256", "vec256_mask.h")).read()
+    assert re.search(r"void store\(bool\* b, int count = size\(\)\) \{\s*constexpr int L", generic)
+    assert not re.search(r"VecMask(To|Cast)<\s*bool", avx2) and "store(bool" not in avx2

@@ -12,6 +12,7 @@ Inductor's (CppCodeCache), so kernels are shared across processes.
 
 import ctypes
 import functools
+from pathlib import Path
 
 from torch._inductor.async_compile import AsyncCompile
 from torch._inductor.codecache import CppCodeCache, LambdaFuture, _get_cpp_prefix_header, clear_on_fresh_cache
@@ -19,6 +20,10 @@ from torch._inductor.codecache import CppCodeCache, LambdaFuture, _get_cpp_prefi
 from .. import _C
 
 ENTRY = "mydev_entry"
+
+# Faster at::vec paths every mydev kernel is compiled with (the header says why).
+# Its text goes into each kernel's source, so the code cache keys on it.
+PRELUDE = Path(__file__).with_name("kernel_prelude.h").read_text().replace("#pragma once\n", "")
 
 
 def unpack_argument(index: int, cpp_type: str) -> str:
@@ -86,7 +91,7 @@ class KernelCodeCache(CppCodeCache):
 
 def cpp_kernel(async_compile: AsyncCompile, name: str, arg_types: list[str], source: str):
     """What a generated mydev wrapper calls in place of async_compile.cpp_pybinding."""
-    source = source + entry_point(arg_types)
+    source = PRELUDE + source + entry_point(arg_types)
     from torch._inductor.async_compile import get_compile_threads
 
     if get_compile_threads() <= 1:
