@@ -63,6 +63,15 @@ def _register_inductor_launch_op(_module) -> None:
 
 when_imported("torch._inductor", _register_inductor_launch_op)
 
+
+def _register_inductor_codegen(_module) -> None:
+    from .inductor.backend import register_codegen
+
+    register_codegen()
+
+
+when_imported("torch._inductor.compile_fx", _register_inductor_codegen)
+
 def _inductor_graphs_hook(name):
     def install(module) -> None:
         from .inductor.graphs import HOOKS

@@ -311,3 +311,24 @@ def test_bool_mask_prelude_still_needed():
     avx2 = open(os.path.join(vec, "vec256", "vec256_mask.h")).read()
     assert re.search(r"void store\(bool\* b, int count = size\(\)\) \{\s*constexpr int L", generic)
     assert not re.search(r"VecMask(To|Cast)<\s*bool", avx2) and "store(bool" not in avx2
+
+
+def test_mydev_inductor_code_is_in_the_fx_graph_cache_key(monkeypatch):
+    # A graph compiled before my_device's Inductor code changed must not be served after it.
+    from torch._dynamo.utils import counters
+
+    from my_device.inductor.backend import CodegenKey
+
+    def compile_once():
+        torch._dynamo.reset()
+        counters.clear()
+        torch.compile(lambda x: x.relu() * 3)(torch.randn(8, device=DEV))
+        return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+    with torch._inductor.config.patch(fx_graph_cache=True, fx_graph_remote_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False), fresh_cache():
+        assert compile_once() == (0, 1)
+        assert compile_once() == (1, 0)
+        monkeypatch.setattr(CodegenKey, "uuid", lambda self: b"mydev's Inductor code changed")
+        assert compile_once() == (0, 1)
+    torch._dynamo.reset()

@@ -2,11 +2,13 @@
 per-device workaround."""
 
 import functools
+from pathlib import Path
 
 import torch
 
 from .. import _patches
-from torch._inductor.codegen.common import register_device_op_overrides
+from torch._inductor.codegen.common import register_backend_for_device, register_device_op_overrides
+from torch._inductor.custom_graph_pass import CustomGraphModulePass, get_hash_for_files
 from torch._inductor.codegen.cpp import CppScheduling
 
 from .cpp_wrapper import MydevCppWrapperCodegen  # noqa: F401  (torch.mydev.CppWrapperCodegen)
@@ -205,6 +207,31 @@ def _patch_precompiled_header_names() -> None:
               why="the precompiled header is named after the device type (aoti_include/mydev.h does not exist); "
                   "mydev's wrapper and kernels are host C++ that include CPU's headers",
               test="test_aoti.py::test_precompiled_header_workaround_still_needed")
+
+
+class CodegenKey(CustomGraphModulePass):
+    """Changes no graph. Inductor puts every device's custom pass's uuid in the key of its FX graph and
+    AOT autograd caches; this one's is a hash of mydev's Inductor code (the workarounds above, the
+    wrappers, the kernel prelude). Without it, a graph compiled before my_device changed was served
+    after it from the on-disk cache, as if torch's code alone decided what Inductor generates."""
+
+    def __call__(self, gm) -> None:
+        pass
+
+    @functools.cache
+    def uuid(self) -> bytes:
+        folder = Path(__file__).parent
+        sources = sorted(str(p) for p in folder.iterdir() if p.suffix in (".py", ".h"))
+        return get_hash_for_files((*sources, str(folder.parent / "_patches.py")))
+
+
+def register_codegen() -> None:
+    """mydev's code generators, with the cache key pass (torch's registration of the privateuse1 device
+    from its module's attributes has no slot for one). Called when torch._inductor.compile_fx is
+    imported, so before Inductor compiles or hashes a graph."""
+    register()
+    register_backend_for_device("mydev", MydevScheduling, MydevPythonWrapperCodegen, MydevCppWrapperCodegen,
+                                MydevWrapperFxCodegen, device_custom_pass=CodegenKey())
 
 
 @functools.cache
