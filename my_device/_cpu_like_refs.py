@@ -7,6 +7,13 @@ float32 elsewhere, so for a mydev tensor FakeTensor (torch.compile) promised flo
 kernel makes bfloat16 ones (and test_ops.py's reference tests failed on mydev). The wrapper converts the
 reference's statistics to the input's dtype for mydev inputs, as the reference does for the CPU.
 test_refs_layer_norm.py notices when torch's reference treats mydev as it treats the CPU by itself.
+
+The meta kernels in torch._meta_registrations (FakeTensor's, too) choose between the CPU kernel's and CUDA's
+output shapes with device_hint(), which names a fake tensor's device. Every device but "cpu" (and a few that
+are named) gets CUDA's: _embedding_bag's offset2bag, bag_size and max_indices, the strides of a c2c FFT,
+nonzero_static's. mydev runs the CPU's kernels, so compiled code asserted CUDA's sizes on the CPU kernel's
+outputs ("expected size 2==3" in embedding_bag's backward). device_hint answers "cpu" for mydev.
+test_fake_kernels.py notices when torch no longer needs this.
 """
 import torch
 
@@ -30,7 +37,24 @@ def _install(refs) -> None:
                      test="test_refs_layer_norm.py::test_torch_reference_still_treats_only_cpu_as_cpu")
 
 
+def _install_device_hint(meta_registrations) -> None:
+    from . import _patches
+
+    original = meta_registrations.device_hint
+
+    def device_hint(tensor) -> str:
+        answer = original(tensor)
+        return "cpu" if answer == "mydev" else answer
+
+    # The meta kernels call it by its module-global name.
+    _patches.replace(meta_registrations, "device_hint", device_hint, target="torch._meta_registrations.device_hint",
+                     why="meta kernels give CUDA's output shapes to every device but the CPU; mydev runs the CPU's "
+                         "kernels, and compiled code asserted CUDA's sizes on their outputs",
+                     test="test_fake_kernels.py::test_device_hint_workaround_still_needed")
+
+
 def install() -> None:
     from ._import_hooks import when_imported
 
     when_imported("torch._refs", _install)
+    when_imported("torch._meta_registrations", _install_device_hint)

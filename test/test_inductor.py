@@ -185,6 +185,56 @@ def test_division_by_constant_workaround_still_needed():
         assert _compiled_division_mismatches() > 0
 
 
+def _compiled_scatter_sums():
+    """Two OpInfo samples whose compiled code scatter-adds, compiled on mydev: whether nanquantile (0-dim input,
+    two quantiles) compiled forward and backward, and whether max_pool2d_with_indices_backward on a channels-last
+    input with ceil_mode gave eager's gradient. nanquantile's gradients, when it compiles, must be eager's."""
+    torch._dynamo.reset()
+    grads = []
+    nanquantile_compiled = True
+    for compiled in (False, True):
+        x = torch.tensor(0.5, device=DEV, requires_grad=True)
+        q = torch.tensor([0.25, 0.75], device=DEV, requires_grad=True)
+        fn = torch.compile(torch.nanquantile) if compiled else torch.nanquantile
+        try:
+            with fresh_cache():
+                fn(x, q).sum().backward()
+        except Exception as e:  # the code generation's assertion, as an InductorError
+            assert compiled and "AssertionError" in str(e), e
+            nanquantile_compiled = False
+            break
+        grads.append((x.grad.cpu(), None if q.grad is None else q.grad.cpu()))
+    if nanquantile_compiled:
+        assert torch.equal(grads[0][0], grads[1][0]) and (grads[0][1] is None) == (grads[1][1] is None)
+
+    def pool_grad(x):
+        out, idx = torch.nn.functional.max_pool2d(x, 3, (2, 1), ceil_mode=True, return_indices=True)
+        return torch.ops.aten.max_pool2d_with_indices_backward(torch.ones_like(out), x, [3, 3], [2, 1], [0, 0],
+                                                               [1, 1], True, idx)
+
+    x = torch.randn(1, 2, 3, 6, generator=torch.Generator().manual_seed(1)).to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    with fresh_cache():
+        got = torch.compile(pool_grad)(x.to(DEV)).cpu()
+    return nanquantile_compiled, torch.equal(got, pool_grad(x))
+
+
+def test_a_scatter_sum_compiles_as_on_the_cpu():
+    assert _compiled_scatter_sums() == (True, True)
+
+
+def test_scatter_fallback_workaround_still_needed():
+    # my_device/inductor/backend.py passes "cpu" for mydev to use_scatter_fallback. When this test fails,
+    # torch decides by the backend or its inline scatter-add is right in both cases: remove the workaround.
+    import torch._inductor.decomposition as decomposition
+    import torch._inductor.lowering as lowering
+    import torch._inductor.utils as utils
+
+    with _torch_original(utils, "use_scatter_fallback"), _torch_original(decomposition, "use_scatter_fallback"), \
+            _torch_original(lowering, "use_scatter_fallback"):
+        assert _compiled_scatter_sums() == (False, False)
+
+
 def _batch_norm_saved_shapes():
     """The shapes of native_batch_norm's saved mean outside training and in it, compiled on mydev, each
     with eager's."""
@@ -331,4 +381,22 @@ def test_mydev_inductor_code_is_in_the_fx_graph_cache_key(monkeypatch):
         assert compile_once() == (1, 0)
         monkeypatch.setattr(CodegenKey, "uuid", lambda self: b"mydev's Inductor code changed")
         assert compile_once() == (0, 1)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("cpp_wrapper", [False, True], ids=["python_wrapper", "cpp_wrapper"])
+def test_scatter_sums_fall_back_to_mydevs_kernel_in_both_wrappers(cpp_wrapper):
+    # As on the CPU with several threads: ATen's scatter_reduce_ (mydev's kernel), not inline atomic adds.
+    # The C++ wrapper reaches it through the dispatcher (there is no aoti_torch_mydev_* shim).
+    def f(x, i, s):
+        return x.clone().scatter_reduce_(1, i, s, "sum"), x.clone().scatter_add(1, i, s)
+
+    g = torch.Generator().manual_seed(2)
+    x, i, s = torch.randn(4, 6, generator=g), torch.randint(0, 6, (4, 5), generator=g), torch.randn(4, 5, generator=g)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(cpp_wrapper=cpp_wrapper), fresh_cache():
+        got, (code, *_) = run_and_get_code(torch.compile(f), x.to(DEV), i.to(DEV), s.to(DEV))
+    assert "scatter_reduce" in code and "atomic_add" not in code
+    for a, b in zip(got, f(x, i, s)):
+        torch.testing.assert_close(a.cpu(), b)
     torch._dynamo.reset()

@@ -103,6 +103,40 @@ def _patch_division_by_constant() -> None:
 
 
 @functools.cache
+def _patch_scatter_fallback() -> None:
+    # WORKAROUND (torch 2.13): utils.use_scatter_fallback sends a scatter_reduce_
+    # sum with several threads to ATen's kernel when its source's device type is
+    # "cpu" (config.cpp.fallback_scatter_reduce_sum: the C++ backend's atomic
+    # adds), and mydev runs the same C++ backend. With the inline atomic adds,
+    # nanquantile's backward failed in the C++ code generation (an assertion in
+    # CppVecKernel.store), and max_pool2d_with_indices_backward's decomposition
+    # (a scatter_add) lost a channel's gradients on a channels-last input with
+    # ceil_mode: CPU Inductor computes the same wrong values when its fallback
+    # is switched off. The device type is read for that choice only (is_gpu is
+    # false for both). Imported by name, so each importer is patched; the C++
+    # wrapper dispatches the fallback (cpp_wrapper.py). test_inductor.py::
+    # test_scatter_fallback_workaround_still_needed fails once torch decides by
+    # the backend.
+    import torch._inductor.decomposition as decomposition
+    import torch._inductor.lowering as lowering
+    import torch._inductor.utils as utils
+
+    def as_cpu(original):
+        def use_scatter_fallback(op_overload, reduction_type, self_dtype, src_dtype, src_device_type, src_is_tensor):
+            device_type = "cpu" if src_device_type == "mydev" else src_device_type
+            return original(op_overload, reduction_type, self_dtype, src_dtype, device_type, src_is_tensor)
+
+        return use_scatter_fallback
+
+    for module in (utils, decomposition, lowering):
+        _replace(module, "use_scatter_fallback", as_cpu,
+                 why="a scatter_reduce_ sum falls back to ATen for the C++ backend only when the device type is "
+                     "'cpu'; mydev's kernels are C++ too, and the inline atomic adds failed to generate or lost "
+                     "gradients",
+                 test="test_inductor.py::test_scatter_fallback_workaround_still_needed")
+
+
+@functools.cache
 def _patch_batch_norm_decomposition() -> None:
     # WORKAROUND (torch 2.13): the decomposition of native_batch_norm returns
     # CUDA's saved statistics (the running ones, in the computation dtype) for
@@ -241,6 +275,7 @@ def register() -> None:
     _patch_scheduler_cpu_checks()
     _patch_realization_heuristics()
     _patch_division_by_constant()
+    _patch_scatter_fallback()
     _patch_batch_norm_decomposition()
     _patch_backend_name()
     _patch_precompiled_header_names()

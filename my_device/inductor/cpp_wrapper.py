@@ -350,6 +350,17 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
             node.outputs if node.outputs else node.mutation_outputs,
         )
 
+    def generate_scatter_fallback(self, node: ir.ScatterFallback) -> None:
+        if not _on_mydev(node) or not isinstance(node.op_overload, torch._ops.OpOverload):
+            return super().generate_scatter_fallback(node)
+        # CPU's C++ wrapper calls the aoti_torch_<device>_scatter*_out shim; mydev's goes through the
+        # dispatcher, to mydev's in-place kernel, which writes into the first input.
+        x, index, *src = node.inputs
+        args = [x, node.constant_args[0], index, src[0] if node.src_is_tensor else node.constant_args[1]]
+        schema = {a.name for a in node.op_overload._schema.arguments}
+        kwargs = {k: v for k, v in node.kwargs.items() if k in schema and v is not None}
+        self.writeline(_DispatchLine(self, node, node.op_overload, args, kwargs, [_MutatedOutput()]))
+
     def generate_c_shim_extern_kernel_call(self, kernel, args, device, **kwargs) -> None:
         if device == "mydev":
             # Reached only by extern kernels the overrides above do not route
