@@ -21,6 +21,10 @@ Targets: Inductor's speed-up on mydev within 10% of CPU's (mlp, cnn, transformer
 tiny step with backend="mydev" <= 0.5x eager mydev and <= 1.0x eager CPU; each compile time
 <= 1.5x CPU Inductor's.
 
+--masks adds compiled `x <= 0` over 128K floats (a bool mask stored; mydev's kernels store it with the
+kernel prelude's AVX2 sequence, CPU's with at::vec's generic path) and its use by `torch.where`, CPU Inductor
+against Inductor on mydev in one process.
+
 --floor adds the floor of torch.compile's own per-step cost on the tiny step, whatever the backend:
 the step compiled (forward+backward, then the optimizer step too) with an aot_autograd backend whose
 compiled graphs cost nothing (each returns the outputs of its first run), against eager CPU and
@@ -154,6 +158,26 @@ def _case(name, build, inner, repeat):
     torch._dynamo.reset()
 
 
+def _masks():
+    x = torch.randn(128 * 1024)
+    steps = {}
+    for device in ("cpu", "mydev"):
+        xd = x.to(device)
+        store = torch.compile(lambda t: t <= 0)
+        mask = store(xd)
+        load = torch.compile(lambda t, m: torch.where(m, 0.0, t))
+        sync = torch.mydev.synchronize if device == "mydev" else (lambda: None)
+        for kind, step in (("store", lambda s=store, t=xd: s(t)), ("load", lambda f=load, t=xd, m=mask: f(t, m))):
+            for _ in range(3):
+                step()
+            steps[f"{device} {kind}"] = (step, sync)
+    samples = interleaved_samples(steps, 20, 7)
+    times = {k: statistics.median(v) for k, v in samples.items()}
+    print("masks        " + "  ".join(f"{k} {v * 1e6:.0f} us" for k, v in times.items()), flush=True)
+    print(f"{'':<12} mydev/cpu: store {paired_ratio(samples, 'mydev store', 'cpu store'):5.2f}x, "
+          f"load {paired_ratio(samples, 'mydev load', 'cpu load'):5.2f}x", flush=True)
+
+
 def _free_compiler(gm, example_inputs):
     """A compiled graph that costs (almost) nothing: its first call runs the graph, later calls
     return those same outputs. Only for measuring what surrounds a compiled graph (--floor)."""
@@ -228,6 +252,7 @@ def main():
     def extra(p):
         p.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
         p.add_argument("--floor", action="store_true", help="also the floor of torch.compile's per-step cost")
+        p.add_argument("--masks", action="store_true", help="also compiled bool-mask stores and loads")
         p.add_argument("--first-compile-only", action="store_true",
                        help="only the first-call compile times (fresh processes, empty caches)")
 
@@ -236,6 +261,8 @@ def main():
     for name in cases:
         build, inner = CASES[name]
         _case(name, build, inner, args.repeat)
+    if args.masks and not args.first_compile_only:
+        _masks()
     if args.floor and not args.first_compile_only:
         # After the cases: run before them, it left the mydev backend's step 1.5x slower (0.83 ms
         # against 0.54 ms for the tiny step, in one run each).
