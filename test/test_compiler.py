@@ -396,6 +396,30 @@ output %1
     torch.testing.assert_close(out.cpu(), torch.tanh(ref))
 
 
+@pytest.mark.parametrize("geometry,expected", [
+    ("Float[8,32]{32,1}+0", "same layout"),
+    ("Float[8,32]{1,8}+0", "contiguous copy of a transposed input"),
+])
+def test_a_clone_is_one_copy_into_its_planned_buffer(geometry, expected):
+    """A clone copies its input into the buffer the program planned for it (an output here, an arena
+    buffer in the middle of a chain), in the layout the program says, and equals the CPU's clone."""
+    program = mc.compile(f"""program clones
+input %0 : {geometry}
+%1 = aten::clone(%0, n) : Float[8,32]{{32,1}}+0
+%2 = aten::clone(%1, n) : Float[8,32]{{32,1}}+0
+%3 = aten::mul.Tensor(%2, %2) : Float[8,32]{{32,1}}+0
+output %1 %3
+""")
+    dump = program.dump()
+    assert dump.count("copy aten::clone") == 2, dump
+    assert "arena 1024 bytes" in dump, dump  # %2 is planned, not allocated by a call
+    x = torch.randn(8, 32) if "{32,1}" in geometry else torch.randn(32, 8).t()
+    first, squared = program.run([x.to(DEV) if "{32,1}" in geometry else x.t().contiguous().to(DEV).t()])
+    torch.testing.assert_close(first.cpu(), x.clone(), rtol=0, atol=0)
+    assert first.stride() == (32, 1), expected
+    torch.testing.assert_close(squared.cpu(), x * x, rtol=0, atol=0)
+
+
 def test_memory_plan_reuses_dead_intermediates():
     # a chain of matrix products: each intermediate dies after the next product.
     lines = ["program chain", "input %0 : Float[32,32]{32,1}+0"]
@@ -472,7 +496,7 @@ output %3
 
 def test_independent_steps_share_the_compute_units(python_subprocess):
     """Steps that touch no memory another writes run side by side on the device's compute units (forced here
-    with MYDEV_COMPUTE_UNITS=2; by default the second run decides): the results, a failing step's report and
+    with MYDEV_COMPUTE_UNITS=2; by default the first runs decide): the results, a failing step's report and
     training stay eager's."""
     code = """
         import copy, torch, my_device, my_device.compiler as mc
@@ -580,19 +604,52 @@ def test_units_side_by_side_share_the_intra_op_threads_and_a_step_run_alone_has_
         assert result.stdout.split()[-1:] == ["ok"], result.stdout
 
 
-def test_the_second_run_decides_whether_steps_run_side_by_side():
-    shape = "Float[48,48]{48,1}+0"
-    pair = mc.compile(f"program pair\ninput %0 : {shape}\ninput %1 : {shape}\n%2 = aten::mm(%0, %1) : {shape}\n"
-                      f"%3 = aten::mm(%1, %0) : {shape}\n%4 = aten::add.Tensor(%2, %3, i1) : {shape}\noutput %4\n")
-    x, y = torch.randn(48, 48), torch.randn(48, 48)
-    for run in range(4):
-        (out,) = pair.run([x.to(DEV), y.to(DEV)])
-        torch.testing.assert_close(out.cpu(), x @ y + y @ x)
-        torch.mydev.synchronize()
-        if int(os.environ.get("MYDEV_COMPUTE_UNITS", "0")) > 1:  # asked for: side by side from the first run
-            assert pair.runs_side_by_side is True, pair.dump()
-        else:
-            assert (pair.runs_side_by_side is None) == (run == 0), pair.dump()
+def test_the_first_runs_time_both_ways_and_the_faster_stays(python_subprocess):
+    """Whether a program's steps run side by side is measured: after its first run, runs in order and then as
+    many side by side are timed, and side by side stays only if it was faster. A probe op sleeps: two naps
+    side by side take half the time of two in a row; two naps that must take turns (a lock) gain nothing; a
+    chain has no steps to run side by side and is decided from its build."""
+    code = """
+        import os, threading, time
+        os.environ.pop("MYDEV_COMPUTE_UNITS", None)
+        import torch, my_device, my_device.compiler as mc
+        lib = torch.library.Library("probe", "DEF")
+        lib.define("nap(Tensor x, float seconds) -> Tensor")
+        lib.define("nap_in_turn(Tensor x, float seconds) -> Tensor")
+        turn = threading.Lock()
+        def nap(x, seconds):
+            time.sleep(seconds)
+            return x + 1
+        def nap_in_turn(x, seconds):
+            with turn:
+                return nap(x, seconds)
+        for name, fn in (("nap", nap), ("nap_in_turn", nap_in_turn)):
+            lib.impl(name, fn, "CPU")
+            lib.impl(name, lambda x, seconds: torch.empty_like(x), "Meta")
+        t = "Float[4]{1}+0"
+        def program(op):
+            return mc.compile(f"program {op}\\ninput %0 : {t}\\ninput %1 : {t}\\n%2 = probe::{op}(%0, f0.004) : {t}\\n"
+                              f"%3 = probe::{op}(%1, f0.004) : {t}\\n%4 = aten::add.Tensor(%2, %3, i1) : {t}\\n"
+                              f"output %4\\n")
+        free, in_turn = program("nap"), program("nap_in_turn")
+        chain = mc.compile(f"program chain\\ninput %0 : {t}\\n%1 = probe::nap(%0, f0.001) : {t}\\n"
+                           f"%2 = probe::nap(%1, f0.001) : {t}\\noutput %2\\n")
+        assert chain.runs_side_by_side is False, chain.dump()
+        x = torch.arange(4.0)
+        deciding = 1 + 2 * 5  # the first run, then five in order and five side by side
+        for run in range(deciding + 2):
+            for p in (free, in_turn):
+                (out,) = p.run([x.to("mydev"), x.to("mydev")])
+                assert out.cpu().tolist() == (2 * x + 2).tolist()
+                torch.mydev.synchronize()
+                assert (p.runs_side_by_side is None) == (run < deciding - 1), (run, p.dump())
+        assert free.runs_side_by_side is True, free.dump()
+        assert in_turn.runs_side_by_side is False, in_turn.dump()
+        print("ok")
+    """
+    result = python_subprocess(code, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1:] == ["ok"], result.stdout
 
 
 def test_relu_backward_reads_its_zero_as_a_number():

@@ -23,7 +23,7 @@ void init_bindings(pybind11::module& parent) {
       .def("dump", &Program::dump)
       .def_property_readonly("runs_side_by_side", &Program::runs_side_by_side,
                              "Whether runs share independent steps among the device's compute units (None until "
-                             "the second run decides).")
+                             "the first runs, timed both ways, decide).")
       .def("set_profiling", &Program::set_profiling,
            "Times each step of later runs; dump() then shows the mean time per step.")
       .def("stats", [](const Program& p) {

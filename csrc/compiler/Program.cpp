@@ -85,6 +85,16 @@ class HeldWarnings : public c10::WarningHandler {
   std::vector<c10::Warning> held_;
 };
 
+// A clone's copy. One layout on both sides with no gaps is one memcpy on this thread: ATen's copy_ shares
+// a copy of more than 32K elements among the intra-op threads, and waking them costs more than the copy.
+void copy_values(const at::Tensor& dst, const at::Tensor& src) {
+  if (dst.sizes() == src.sizes() && dst.strides() == src.strides() && dst.is_non_overlapping_and_dense()) {
+    std::memcpy(dst.data_ptr(), src.const_data_ptr(), dst.numel() * dst.element_size());
+  } else {
+    dst.copy_(src);
+  }
+}
+
 // The out= overload of a functional op: same arguments, then one Tensor(a!)
 // per return. Looked up once per op name.
 std::optional<c10::OperatorHandle> out_overload(const c10::OperatorHandle& op) {
@@ -851,6 +861,15 @@ class Program::StepOrder {
       }
     }
     const bool all_used = std::find(n.outputs.begin(), n.outputs.end(), -1) == n.outputs.end();
+    // clone's out= kernel (a generated one) clones and then copies: two passes and an allocation, where a copy
+    // into the planned buffer is one pass. In any layout the program gives the result: copy_ takes strides.
+    if (n.op == "aten::clone" && all_used && n.outputs.size() == 1 && step.slots.size() == 1 &&
+        g_.values[n.outputs[0]].meta.dtype == g_.values[step.slots[0].values[0]].meta.dtype) {
+      step.kind = Step::Copy;
+      p_.stats_.calls += 1;
+      p_.steps_.push_back(std::move(step));
+      return;
+    }
     // relu has no out= kernel of its own (its generated out= form allocates and copies, as the functional op
     // does); the CPU computes it as clamp_min(x, 0), whose out= kernel writes the planned buffer.
     if (n.op == "aten::relu" && n.outputs.size() == 1 && n.outputs[0] >= 0 &&
@@ -1293,7 +1312,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
   }
   // Side by side, steps create views of values (value()) and drop held results from several threads.
   const Parallel parallel = parallel_.load(std::memory_order_relaxed);
-  const bool side_by_side = parallel == Parallel::Yes;
+  const bool side_by_side = parallel == Parallel::Yes || parallel == Parallel::Trial;
   std::mutex values_mutex;
   auto value = [&](int v) -> const at::Tensor& {
     std::unique_lock<std::mutex> lock(values_mutex, std::defer_lock);
@@ -1369,7 +1388,10 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     return true;
   };
   const bool profiling = profiling_.load(std::memory_order_relaxed);
-  const bool timed = parallel == Parallel::Unknown && runs_.fetch_add(1, std::memory_order_relaxed) == 1;
+  const bool deciding = parallel == Parallel::Unknown || parallel == Parallel::Trial;
+  const int64_t run_index = deciding ? runs_.fetch_add(1, std::memory_order_relaxed) : -1;
+  const bool timed = parallel == Parallel::Unknown && run_index == 1;  // each step's time
+  const auto run_start = deciding ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   std::vector<int64_t> took(timed ? steps_.size() : 0);
   auto arguments = [&](const Step& st) {
     std::vector<c10::IValue> stack = st.stack;
@@ -1495,6 +1517,8 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
         const size_t first = st.gemm.has_bias ? 1 : 0;
         st.gemm.run(value(st.outputs[0]), st.gemm.has_bias ? value(st.slots[0].values[0]) : at::Tensor(),
                     value(st.slots[first].values[0]), value(st.slots[first + 1].values[0]));
+      } else if (st.kind == Step::Copy) {
+        copy_values(value(st.outputs[0]), value(st.slots[0].values[0]));
       } else if (st.kind == Step::Fused) {
         std::vector<at::Tensor> outs, ins;
         for (int v : st.outputs) outs.push_back(value(v));
@@ -1557,13 +1581,40 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     }
     throw;
   }
-  if (timed) parallel_.store(schedule_.worth_it(took) ? Parallel::Yes : Parallel::No, std::memory_order_relaxed);
+  if (deciding && run_index >= 1) {
+    decide(parallel,
+           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - run_start).count(),
+           took);
+  }
   if (profiling) profiled_runs_ += 1;
+}
+
+void Program::decide(Parallel ran, int64_t ns, const std::vector<int64_t>& took) const {
+  constexpr double kSideBySideGain = 0.95;  // side by side must save this much of the time in order
+  std::lock_guard<std::mutex> lock(deciding_mutex_);
+  if (parallel_.load(std::memory_order_relaxed) != ran) return;  // a run on another stream decided meanwhile
+  auto median = [](std::vector<int64_t> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return static_cast<double>(v[v.size() / 2]);
+  };
+  if (ran == Parallel::Unknown) {
+    if (!took.empty() && !schedule_.worth_it(took)) {
+      parallel_.store(Parallel::No, std::memory_order_relaxed);
+      return;
+    }
+    in_order_ns_.push_back(ns);
+    if (in_order_ns_.size() == kDecidingRuns) parallel_.store(Parallel::Trial, std::memory_order_relaxed);
+    return;
+  }
+  side_by_side_ns_.push_back(ns);
+  if (side_by_side_ns_.size() < kDecidingRuns) return;
+  const bool faster = median(side_by_side_ns_) <= kSideBySideGain * median(in_order_ns_);
+  parallel_.store(faster ? Parallel::Yes : Parallel::No, std::memory_order_relaxed);
 }
 
 std::optional<bool> Program::runs_side_by_side() const {
   const Parallel p = parallel_.load(std::memory_order_relaxed);
-  if (p == Parallel::Unknown) return std::nullopt;
+  if (p == Parallel::Unknown || p == Parallel::Trial) return std::nullopt;
   return p == Parallel::Yes;
 }
 
@@ -1583,6 +1634,8 @@ std::string Program::dump() const {
       s << "\n  stores";
       for (int v : st.outputs) s << " %" << v;
       s << "\n" << st.kernel.str();
+    } else if (st.kind == Step::Copy) {
+      s << "copy " << st.label << " -> %" << st.outputs[0] << "\n";
     } else if (st.kind == Step::Gemm) {
       s << "gemm (beta " << st.gemm.beta << ", alpha " << st.gemm.alpha << (st.gemm.has_bias ? "" : ", no bias") << ") "
         << st.label << " ->";
@@ -1597,7 +1650,7 @@ std::string Program::dump() const {
     }
   }
   const std::optional<bool> side_by_side = runs_side_by_side();
-  s << "# steps run " << (!side_by_side ? "in order, until the second run decides" : *side_by_side ? "side by side" : "in order")
+  s << "# steps run " << (!side_by_side ? "as the deciding runs try them (both ways, timed)" : *side_by_side ? "side by side" : "in order")
     << "\n";
   s << "# memory: arena " << plan_.arena_bytes << " bytes for " << arena_buffers_.size() << " buffers ("
     << plan_.naive_bytes << " without reuse)\n";

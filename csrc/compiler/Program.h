@@ -41,7 +41,8 @@ struct Location {
 };
 
 struct Step {
-  enum Kind : uint8_t { Call, Fused, Gemm } kind = Call;
+  // Copy: a clone, its one tensor slot's bytes copied into its planned output.
+  enum Kind : uint8_t { Call, Fused, Gemm, Copy } kind = Call;
   int node = -1;                   // the (last) node it runs, for messages
   std::string label;               // "aten::addmm (line 5)"
   // Call
@@ -152,7 +153,7 @@ class Program : public std::enable_shared_from_this<Program> {
     profiling_ = on;
   }
   // Whether runs share the steps among the device's compute units (StepSchedule.h): nullopt until the
-  // second run decides.
+  // runs that decide it (kDecidingRuns in order, then as many side by side) have run.
   std::optional<bool> runs_side_by_side() const;
 
   // Runs on the stream's worker: what the queued task does.
@@ -210,15 +211,22 @@ class Program : public std::enable_shared_from_this<Program> {
   enum class OutCall : uint8_t { Untried, Confirmed, Refused };
   mutable std::vector<std::atomic<OutCall>> out_calls_;
   mutable std::atomic<int64_t> profiled_runs_{0};
-  // Running steps side by side (StepSchedule): decided by the program's
-  // second run, timed one step after another (the first runs each out= call's
-  // first try).
+  // Running steps side by side (StepSchedule), decided by timing the runs after the first (which runs each
+  // out= call's first try): the second's steps one after another say whether the schedule could gain
+  // (StepSchedule::worth_it); if so, kDecidingRuns runs in order and as many side by side (Trial) are
+  // timed whole, and the faster way stays. A model of the gain alone chose wrongly: a product in two parts
+  // on one thread each took longer than the whole product on both (each part packs the whole second
+  // operand), and each hand-over between units costs a wake-up.
   StepSchedule schedule_;
   std::vector<int> held_users_;                  // per value: the steps touching it, if a step releases it
   std::vector<std::vector<int>> released_with_;  // per root: the held values dropped after its last user
-  enum class Parallel : uint8_t { No, Unknown, Yes };
+  enum class Parallel : uint8_t { No, Unknown, Trial, Yes };
+  static constexpr size_t kDecidingRuns = 5;
   mutable std::atomic<Parallel> parallel_{Parallel::No};
   mutable std::atomic<int64_t> runs_{0};
+  mutable std::mutex deciding_mutex_;
+  mutable std::vector<int64_t> in_order_ns_, side_by_side_ns_;  // whole runs' times while deciding
+  void decide(Parallel ran, int64_t ns, const std::vector<int64_t>& took) const;
 };
 
 // Process-wide counters of my_device.compiler.counters().
