@@ -140,7 +140,7 @@ def _case(name, build, inner, repeat):
         opt = opt_cls(m.parameters(), lr=1e-3)
         step = _step_fn(m, opt, x.to(device), None if target is None else target.to(device), backend, co)
         sync = torch.mydev.synchronize if device == "mydev" else (lambda: None)
-        for _ in range(3):  # compiles, and the optimizer's state
+        for _ in range(12):  # compiles, the optimizer's state, and the programs' deciding runs (11)
             step()
         sync()
         steps[label] = (step, sync)

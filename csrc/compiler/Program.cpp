@@ -1593,10 +1593,8 @@ void Program::decide(Parallel ran, int64_t ns, const std::vector<int64_t>& took)
   constexpr double kSideBySideGain = 0.95;  // side by side must save this much of the time in order
   std::lock_guard<std::mutex> lock(deciding_mutex_);
   if (parallel_.load(std::memory_order_relaxed) != ran) return;  // a run on another stream decided meanwhile
-  auto median = [](std::vector<int64_t> v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return static_cast<double>(v[v.size() / 2]);
-  };
+  // The fastest run of each way: other work on the machine only ever adds time to a run.
+  auto fastest = [](const std::vector<int64_t>& v) { return static_cast<double>(*std::min_element(v.begin(), v.end())); };
   if (ran == Parallel::Unknown) {
     if (!took.empty() && !schedule_.worth_it(took)) {
       parallel_.store(Parallel::No, std::memory_order_relaxed);
@@ -1608,7 +1606,7 @@ void Program::decide(Parallel ran, int64_t ns, const std::vector<int64_t>& took)
   }
   side_by_side_ns_.push_back(ns);
   if (side_by_side_ns_.size() < kDecidingRuns) return;
-  const bool faster = median(side_by_side_ns_) <= kSideBySideGain * median(in_order_ns_);
+  const bool faster = fastest(side_by_side_ns_) <= kSideBySideGain * fastest(in_order_ns_);
   parallel_.store(faster ? Parallel::Yes : Parallel::No, std::memory_order_relaxed);
 }
 
