@@ -263,6 +263,90 @@ def test_batch_norm_decomposition_workaround_still_needed():
         assert any(compiled != eager for compiled, eager in _batch_norm_saved_shapes())
 
 
+def _compiled_arg_reduction_mismatches():
+    """How many of four argmax/argmin calls over every dim of a permuted or transposed input, compiled on mydev,
+    differ from eager's index (the logical, row-major one)."""
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(0)
+    cube, matrix = torch.randn(4, 6, 5, generator=gen), torch.randn(7, 9, generator=gen)
+    cases = [(lambda t: t.permute(2, 0, 1).argmax(), cube), (lambda t: t.transpose(0, 2).argmin(), cube),
+             (lambda t: t.t().argmax(), matrix), (lambda t: t.t().argmin(), matrix)]
+    with fresh_cache():
+        return sum(torch.compile(fn)(x.to(DEV)).item() != fn(x).item() for fn, x in cases)
+
+
+def test_arg_reductions_of_strided_inputs_compile_to_eagers_indices():
+    assert _compiled_arg_reduction_mismatches() == 0
+
+
+def test_arg_reduction_workaround_still_needed():
+    # my_device/inductor/backend.py makes a strided mydev input of an argmax/argmin over several dims contiguous,
+    # since lowering computes the logical index only for Triton and device type "cpu". When this test fails,
+    # torch decides by the backend: remove the workaround.
+    import torch._inductor.lowering as lowering
+
+    with _torch_original(lowering, "_make_reduction_inner"):
+        assert _compiled_arg_reduction_mismatches() > 0
+
+
+def _compiled_variance_error():
+    """The largest relative error against float64 of var_mean over 300 values around 1000, compiled on mydev
+    (eager float32: 5e-8; CPU Inductor's two passes: 1.5e-7)."""
+    torch._dynamo.reset()
+    x = torch.randn(256, 300, generator=torch.Generator().manual_seed(0)) * 3 + 1000
+    with fresh_cache():
+        var, mean = torch.compile(lambda t: torch.var_mean(t, dim=-1, correction=0))(x.to(DEV))
+    ref_var, ref_mean = torch.var_mean(x.double(), dim=-1, correction=0)
+    torch.testing.assert_close(mean.cpu().double(), ref_mean, rtol=1e-6, atol=0)
+    return ((var.cpu().double() - ref_var).abs() / ref_var).max().item()
+
+
+def test_a_short_variance_compiles_in_two_passes_as_on_the_cpu():
+    assert _compiled_variance_error() < 1e-6
+
+
+def test_two_step_variance_workaround_still_needed():
+    # my_device/inductor/backend.py gives lowering.use_two_step_variance the CPU's threshold for mydev inputs.
+    # When this test fails, torch decides by the backend: remove the workaround.
+    import torch._inductor.lowering as lowering
+
+    with _torch_original(lowering, "use_two_step_variance"):
+        assert _compiled_variance_error() > 1e-6
+
+
+def test_a_graph_compiled_for_another_thread_count_is_not_served():
+    # mydev's C++ kernels are specialized on the thread count (a reduction's accumulators, one a thread): a graph
+    # compiled with 2 threads and served to a process running 6 crashed it.
+    from torch._dynamo.utils import counters
+
+    def compile_once():
+        torch._dynamo.reset()
+        counters.clear()
+        x = torch.randn(4096, 64)
+        torch.testing.assert_close(torch.compile(lambda t: (t.sin() + 1).sum())(x.to(DEV)).cpu(), (x.sin() + 1).sum())
+        return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+    threads = torch.get_num_threads()
+    with torch._inductor.config.patch(fx_graph_cache=True, fx_graph_remote_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False), fresh_cache():
+        try:
+            assert compile_once() == (0, 1)
+            assert compile_once() == (1, 0)
+            torch.set_num_threads(threads + 1)
+            assert compile_once() == (0, 1)
+        finally:
+            torch.set_num_threads(threads)
+    torch._dynamo.reset()
+
+
+def test_thread_count_in_the_key_still_needed():
+    # my_device/inductor/backend.py (CodegenKey.uuid) adds the thread count to the FX graph cache key, which
+    # torch does only for graphs with CPU tensors. When this test fails, torch keys mydev graphs too: remove it.
+    from torch._inductor.codecache import FxGraphHashDetails
+
+    assert not FxGraphHashDetails._may_generate_cpu_cpp_code(None, [torch.ones(2, device=DEV)])
+
+
 def test_dynamo_device_interface_workaround_still_needed(python_subprocess):
     # my_device/_import_hooks.py registers mydev's Dynamo device interface when
     # torch._dynamo is imported, because Dynamo never asks the privateuse1

@@ -9,7 +9,9 @@ import torch
 from .. import _patches
 from torch._inductor.codegen.common import register_backend_for_device, register_device_op_overrides
 from torch._inductor.custom_graph_pass import CustomGraphModulePass, get_hash_for_files
+from torch._inductor import config
 from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.utils import parallel_num_threads
 
 from .cpp_wrapper import MydevCppWrapperCodegen  # noqa: F401  (torch.mydev.CppWrapperCodegen)
 from .device_op_overrides import MydevDeviceOpOverrides
@@ -166,6 +168,69 @@ def _patch_batch_norm_decomposition() -> None:
              test="test_inductor.py::test_batch_norm_decomposition_workaround_still_needed")
 
 
+@functools.cache
+def _patch_arg_reductions() -> None:
+    # WORKAROUND (torch 2.13): an argmax/argmin over several dims of a
+    # permuted or otherwise non-contiguous input must give the index in the
+    # logical (row-major) order, not the loop's; lowering's
+    # _make_reduction_inner computes that index only for Triton and for device
+    # type "cpu" with the C++ backend, so mydev's C++ kernels returned the
+    # memory-order index: compiled x.t().argmax() gave 12 where eager gives
+    # 22. For such a reduction of a mydev input, the input is first made
+    # contiguous, where the loop's order is the logical one.
+    # test_inductor.py::test_arg_reduction_workaround_still_needed fails once
+    # torch decides by the backend.
+    import torch._inductor.ir as ir
+    import torch._inductor.lowering as lowering
+
+    def contiguous_for_mydev(original):
+        def _make_reduction_inner(x, *, axis, keepdims, dtype, override_return_dtype, reduction_type=None):
+            if (reduction_type is not None and reduction_type.startswith(("argmax", "argmin"))
+                    and ir.get_device_type(x) == "mydev" and len(lowering._validate_reduction_axis(x, axis)) > 1):
+                x = ir.ExternKernel.require_contiguous(x)
+            return original(x, axis=axis, keepdims=keepdims, dtype=dtype,
+                            override_return_dtype=override_return_dtype, reduction_type=reduction_type)
+
+        return _make_reduction_inner
+
+    _replace(lowering, "_make_reduction_inner", contiguous_for_mydev,
+             why="an argmax/argmin over several dims of a non-contiguous input gets its logical index only on "
+                 "Triton and on device type 'cpu'; mydev's C++ kernels returned the memory-order index",
+             test="test_inductor.py::test_arg_reduction_workaround_still_needed")
+
+
+@functools.cache
+def _patch_two_step_variance() -> None:
+    # WORKAROUND (torch 2.13): lowering.use_two_step_variance computes a
+    # variance in two passes (mean, then squared deviations) up to
+    # config.cpp.use_two_step_variance_threshold (1024) elements on device type
+    # "cpu", and with Welford's update above config.unroll_reductions_threshold
+    # (8) on other devices but CUDA. mydev runs the C++ backend, and Welford
+    # there lost precision against eager: var_mean of 300 values around 1000
+    # was off by 1.3e-5 relative (1.5e-7 on CPU Inductor), and 1.8x slower. For
+    # a mydev input, the non-CPU branch is given the CPU's threshold, which
+    # makes its answer the CPU branch's.
+    # test_inductor.py::test_two_step_variance_workaround_still_needed fails once
+    # torch decides by the backend.
+    import torch._inductor.ir as ir
+    import torch._inductor.lowering as lowering
+    from torch._inductor import config
+
+    def cpu_threshold_for_mydev(original):
+        def use_two_step_variance(x, axis, keepdim, input_dtype):
+            if ir.get_device_type(x) != "mydev":
+                return original(x, axis, keepdim, input_dtype)
+            with config.patch(unroll_reductions_threshold=config.cpp.use_two_step_variance_threshold):
+                return original(x, axis, keepdim, input_dtype)
+
+        return use_two_step_variance
+
+    _replace(lowering, "use_two_step_variance", cpu_threshold_for_mydev,
+             why="variances up to 1024 elements take two passes on device type 'cpu' only; mydev's C++ kernels "
+                 "used Welford's update, less precise against eager and slower",
+             test="test_inductor.py::test_two_step_variance_workaround_still_needed")
+
+
 def _replace(module, name: str, make, why: str, test: str) -> None:
     """Replaces module.name by make(torch's function), through _patches (which keeps torch's)."""
     original = getattr(module, name)
@@ -252,8 +317,20 @@ class CodegenKey(CustomGraphModulePass):
     def __call__(self, gm) -> None:
         pass
 
-    @functools.cache
     def uuid(self) -> bytes:
+        key = self._sources_hash()
+        # mydev's kernels are C++ kernels specialized on the intra-op thread count, as the CPU's (a reduction
+        # keeps one accumulator per thread it was compiled for). torch adds that count to the key of graphs
+        # with CPU tensors only (FxGraphHashDetails._may_generate_cpu_cpp_code), so a mydev graph compiled with
+        # 2 threads was served to a process running 6, which wrote past its accumulators and crashed.
+        # test_inductor.py::test_thread_count_in_the_key_still_needed fails once torch keys mydev graphs too.
+        if config.cpp.threads < 1 and not config.cpp.dynamic_threads:
+            key += b"threads=%d" % parallel_num_threads()
+        return key
+
+    @staticmethod
+    @functools.cache
+    def _sources_hash() -> bytes:
         folder = Path(__file__).parent
         sources = sorted(str(p) for p in folder.iterdir() if p.suffix in (".py", ".h"))
         return get_hash_for_files((*sources, str(folder.parent / "_patches.py")))
@@ -277,6 +354,8 @@ def register() -> None:
     _patch_division_by_constant()
     _patch_scatter_fallback()
     _patch_batch_norm_decomposition()
+    _patch_arg_reductions()
+    _patch_two_step_variance()
     _patch_backend_name()
     _patch_precompiled_header_names()
     # The device interface is normally registered by the import hook; a
