@@ -88,6 +88,7 @@ class HeldWarnings : public c10::WarningHandler {
 // A clone's copy. One layout on both sides with no gaps is one memcpy on this thread: ATen's copy_ shares
 // a copy of more than 32K elements among the intra-op threads, and waking them costs more than the copy.
 void copy_values(const at::Tensor& dst, const at::Tensor& src) {
+  if (dst.numel() == 0) return;
   if (dst.sizes() == src.sizes() && dst.strides() == src.strides() && dst.is_non_overlapping_and_dense()) {
     std::memcpy(dst.data_ptr(), src.const_data_ptr(), dst.numel() * dst.element_size());
   } else {
