@@ -627,11 +627,11 @@ def test_the_first_runs_time_both_ways_and_the_faster_stays(python_subprocess):
             lib.impl(name, fn, "CPU")
             lib.impl(name, lambda x, seconds: torch.empty_like(x), "Meta")
         t = "Float[4]{1}+0"
-        def program(op):
-            return mc.compile(f"program {op}\\ninput %0 : {t}\\ninput %1 : {t}\\n%2 = probe::{op}(%0, f0.004) : {t}\\n"
-                              f"%3 = probe::{op}(%1, f0.004) : {t}\\n%4 = aten::add.Tensor(%2, %3, i1) : {t}\\n"
+        def program(op, seconds):
+            return mc.compile(f"program {op}\\ninput %0 : {t}\\ninput %1 : {t}\\n%2 = probe::{op}(%0, f{seconds}) : {t}\\n"
+                              f"%3 = probe::{op}(%1, f{seconds}) : {t}\\n%4 = aten::add.Tensor(%2, %3, i1) : {t}\\n"
                               f"output %4\\n")
-        free, in_turn = program("nap"), program("nap_in_turn")
+        free, in_turn = program("nap", 0.01), program("nap_in_turn", 0.02)
         chain = mc.compile(f"program chain\\ninput %0 : {t}\\n%1 = probe::nap(%0, f0.001) : {t}\\n"
                            f"%2 = probe::nap(%1, f0.001) : {t}\\noutput %2\\n")
         assert chain.runs_side_by_side is False, chain.dump()
