@@ -1313,7 +1313,10 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
   }
   // Side by side, steps create views of values (value()) and drop held results from several threads.
   const Parallel parallel = parallel_.load(std::memory_order_relaxed);
-  const bool side_by_side = parallel == Parallel::Yes || parallel == Parallel::Trial;
+  const bool deciding = parallel == Parallel::Unknown || parallel == Parallel::Trial;
+  const int64_t run_index = deciding ? runs_.fetch_add(1, std::memory_order_relaxed) : -1;
+  // While deciding, the two ways take turns, so that a change in the machine's load meets both.
+  const bool side_by_side = parallel == Parallel::Yes || (parallel == Parallel::Trial && run_index % 2 == 0);
   std::mutex values_mutex;
   auto value = [&](int v) -> const at::Tensor& {
     std::unique_lock<std::mutex> lock(values_mutex, std::defer_lock);
@@ -1389,9 +1392,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     return true;
   };
   const bool profiling = profiling_.load(std::memory_order_relaxed);
-  const bool deciding = parallel == Parallel::Unknown || parallel == Parallel::Trial;
-  const int64_t run_index = deciding ? runs_.fetch_add(1, std::memory_order_relaxed) : -1;
-  const bool timed = parallel == Parallel::Unknown && run_index == 1;  // each step's time
+  const bool timed = parallel == Parallel::Unknown && run_index >= 1;  // each step's time (the second run's)
   const auto run_start = deciding ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   std::vector<int64_t> took(timed ? steps_.size() : 0);
   auto arguments = [&](const Step& st) {
@@ -1583,30 +1584,30 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     throw;
   }
   if (deciding && run_index >= 1) {
-    decide(parallel,
+    decide(parallel, side_by_side,
            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - run_start).count(),
            took);
   }
   if (profiling) profiled_runs_ += 1;
 }
 
-void Program::decide(Parallel ran, int64_t ns, const std::vector<int64_t>& took) const {
+void Program::decide(Parallel ran, bool side_by_side, int64_t ns, const std::vector<int64_t>& took) const {
   constexpr double kSideBySideGain = 0.95;  // side by side must save this much of the time in order
   std::lock_guard<std::mutex> lock(deciding_mutex_);
   if (parallel_.load(std::memory_order_relaxed) != ran) return;  // a run on another stream decided meanwhile
   // The fastest run of each way: other work on the machine only ever adds time to a run.
   auto fastest = [](const std::vector<int64_t>& v) { return static_cast<double>(*std::min_element(v.begin(), v.end())); };
   if (ran == Parallel::Unknown) {
-    if (!took.empty() && !schedule_.worth_it(took)) {
+    if (!schedule_.worth_it(took)) {
       parallel_.store(Parallel::No, std::memory_order_relaxed);
       return;
     }
     in_order_ns_.push_back(ns);
-    if (in_order_ns_.size() == kDecidingRuns) parallel_.store(Parallel::Trial, std::memory_order_relaxed);
+    parallel_.store(Parallel::Trial, std::memory_order_relaxed);
     return;
   }
-  side_by_side_ns_.push_back(ns);
-  if (side_by_side_ns_.size() < kDecidingRuns) return;
+  (side_by_side ? side_by_side_ns_ : in_order_ns_).push_back(ns);
+  if (side_by_side_ns_.size() < kDecidingRuns || in_order_ns_.size() < kDecidingRuns) return;
   const bool faster = fastest(side_by_side_ns_) <= kSideBySideGain * fastest(in_order_ns_);
   parallel_.store(faster ? Parallel::Yes : Parallel::No, std::memory_order_relaxed);
 }

@@ -213,8 +213,8 @@ class Program : public std::enable_shared_from_this<Program> {
   mutable std::atomic<int64_t> profiled_runs_{0};
   // Running steps side by side (StepSchedule), decided by timing the runs after the first (which runs each
   // out= call's first try): the second's steps one after another say whether the schedule could gain
-  // (StepSchedule::worth_it); if so, kDecidingRuns runs in order and as many side by side (Trial) are
-  // timed whole, and the faster way stays. A model of the gain alone chose wrongly: a product in two parts
+  // (StepSchedule::worth_it); if so, runs side by side and in order take turns (Trial) until each way has
+  // kDecidingRuns runs timed whole (the second counting as one in order), and the faster way stays. A model of the gain alone chose wrongly: a product in two parts
   // on one thread each took longer than the whole product on both (each part packs the whole second
   // operand), and each hand-over between units costs a wake-up.
   StepSchedule schedule_;
@@ -226,7 +226,7 @@ class Program : public std::enable_shared_from_this<Program> {
   mutable std::atomic<int64_t> runs_{0};
   mutable std::mutex deciding_mutex_;
   mutable std::vector<int64_t> in_order_ns_, side_by_side_ns_;  // whole runs' times while deciding
-  void decide(Parallel ran, int64_t ns, const std::vector<int64_t>& took) const;
+  void decide(Parallel ran, bool side_by_side, int64_t ns, const std::vector<int64_t>& took) const;
 };
 
 // Process-wide counters of my_device.compiler.counters().
