@@ -153,7 +153,7 @@ class Program : public std::enable_shared_from_this<Program> {
     profiling_ = on;
   }
   // Whether runs share the steps among the device's compute units (StepSchedule.h): nullopt until the
-  // runs that decide it (kDecidingRuns in order, then as many side by side) have run.
+  // runs that decide it (each way, in order and side by side, timed kDecidingRuns times, taking turns) have run.
   std::optional<bool> runs_side_by_side() const;
 
   // Runs on the stream's worker: what the queued task does.
