@@ -21,9 +21,10 @@ Targets: Inductor's speed-up on mydev within 10% of CPU's (mlp, cnn, transformer
 tiny step with backend="mydev" <= 0.5x eager mydev and <= 1.0x eager CPU; each compile time
 <= 1.5x CPU Inductor's.
 
---masks adds compiled `x <= 0` over 128K floats (a bool mask stored; mydev's kernels store it with the
-kernel prelude's AVX2 sequence, CPU's with at::vec's generic path) and its use by `torch.where`, CPU Inductor
-against Inductor on mydev in one process.
+--kernels (or --masks) adds single compiled functions, CPU Inductor against Inductor on mydev in one process:
+`x <= 0` over 128K floats (a bool mask stored; mydev's kernels store it with the kernel prelude's AVX2 sequence,
+CPU's with at::vec's generic path) and its use by `torch.where`; `cat([a.relu(), b.sigmoid()], 1) * 2` on
+(256, 1000) inputs and `pad(x.relu(), (0, 3)) + 1` on (512, 509), whose lowering torch picks by device type.
 
 --floor adds the floor of torch.compile's own per-step cost on the tiny step, whatever the backend:
 the step compiled (forward+backward, then the optimizer step too) with an aot_autograd backend whose
@@ -158,24 +159,30 @@ def _case(name, build, inner, repeat):
     torch._dynamo.reset()
 
 
-def _masks():
-    x = torch.randn(128 * 1024)
+def _kernels():
+    """Single compiled functions whose kernels Inductor writes differently by device type, CPU Inductor against
+    Inductor on mydev: a bool mask stored and loaded, a cat of computed inputs, a one-sided constant pad."""
+    gen = torch.Generator().manual_seed(0)
+    x, a, b, p = (torch.randn(shape, generator=gen) for shape in ((128 * 1024,), (256, 1000), (256, 1000), (512, 509)))
     steps = {}
     for device in ("cpu", "mydev"):
-        xd = x.to(device)
-        store = torch.compile(lambda t: t <= 0)
-        mask = store(xd)
-        load = torch.compile(lambda t, m: torch.where(m, 0.0, t))
+        xd, ad, bd, pd = (t.to(device) for t in (x, a, b, p))
+        mask = torch.compile(lambda t: t <= 0)(xd)
+        cases = {"store": (lambda t: t <= 0, (xd,)), "load": (lambda t, m: torch.where(m, 0.0, t), (xd, mask)),
+                 "cat": (lambda u, v: torch.cat([u.relu(), v.sigmoid()], 1) * 2, (ad, bd)),
+                 "pad": (lambda t: nn.functional.pad(t.relu(), (0, 3)) + 1, (pd,))}
         sync = torch.mydev.synchronize if device == "mydev" else (lambda: None)
-        for kind, step in (("store", lambda s=store, t=xd: s(t)), ("load", lambda f=load, t=xd, m=mask: f(t, m))):
+        for kind, (fn, args) in cases.items():
+            compiled = torch.compile(fn)
             for _ in range(3):
-                step()
-            steps[f"{device} {kind}"] = (step, sync)
+                compiled(*args)
+            steps[f"{device} {kind}"] = (lambda f=compiled, a=args: f(*a), sync)
     samples = interleaved_samples(steps, 20, 7)
     times = {k: statistics.median(v) for k, v in samples.items()}
-    print("masks        " + "  ".join(f"{k} {v * 1e6:.0f} us" for k, v in times.items()), flush=True)
-    print(f"{'':<12} mydev/cpu: store {paired_ratio(samples, 'mydev store', 'cpu store'):5.2f}x, "
-          f"load {paired_ratio(samples, 'mydev load', 'cpu load'):5.2f}x", flush=True)
+    print("kernels      " + "  ".join(f"{k} {v * 1e6:.0f} us" for k, v in times.items()), flush=True)
+    print(f"{'':<12} mydev/cpu: " + ", ".join(
+        f"{kind} {paired_ratio(samples, f'mydev {kind}', f'cpu {kind}'):5.2f}x" for kind in ("store", "load", "cat", "pad")),
+        flush=True)
 
 
 def _free_compiler(gm, example_inputs):
@@ -252,7 +259,8 @@ def main():
     def extra(p):
         p.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
         p.add_argument("--floor", action="store_true", help="also the floor of torch.compile's per-step cost")
-        p.add_argument("--masks", action="store_true", help="also compiled bool-mask stores and loads")
+        p.add_argument("--kernels", "--masks", dest="kernels", action="store_true",
+                       help="also single compiled kernels: bool-mask store and load, cat, pad")
         p.add_argument("--first-compile-only", action="store_true",
                        help="only the first-call compile times (fresh processes, empty caches)")
 
@@ -261,8 +269,8 @@ def main():
     for name in cases:
         build, inner = CASES[name]
         _case(name, build, inner, args.repeat)
-    if args.masks and not args.first_compile_only:
-        _masks()
+    if args.kernels and not args.first_compile_only:
+        _kernels()
     if args.floor and not args.first_compile_only:
         # After the cases: run before them, it left the mydev backend's step 1.5x slower (0.83 ms
         # against 0.54 ms for the tiny step, in one run each).

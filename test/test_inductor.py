@@ -314,6 +314,52 @@ def test_two_step_variance_workaround_still_needed():
         assert _compiled_variance_error() > 1e-6
 
 
+def _cat_and_pad(a, b):
+    return torch.cat([a.relu(), b.sigmoid()], 1) * 2, nn.functional.pad(a.tanh(), (0, 3)) + 1
+
+
+def _kernel_loops(device):
+    """The loop headers of the C++ kernels Inductor writes for _cat_and_pad on `device`, checked against
+    eager CPU."""
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(64, 100, generator=gen), torch.randn(64, 100, generator=gen)
+    with fresh_cache():
+        out, (code,) = run_and_get_code(torch.compile(_cat_and_pad), a.to(device), b.to(device))
+    for got, want in zip(out, _cat_and_pad(a, b)):
+        torch.testing.assert_close(got.cpu(), want)
+    return re.findall(r"for\(int64_t .*", code)
+
+
+def test_a_cat_and_a_pad_compile_to_the_cpus_kernels():
+    # Each input of the cat is written into its slice, and the pad is not a cat: the loops are the CPU's,
+    # vectorized, where torch's choices for other devices give one unvectorized loop of masked loads.
+    assert _kernel_loops(DEV) == _kernel_loops("cpu")
+
+
+def test_cat_lowering_workaround_still_needed():
+    # my_device/inductor/backend.py gives the registered cat lowering a "cpu" constant that also equals "mydev".
+    # When this test fails, torch decides by the backend: remove the workaround.
+    import torch._inductor.lowering as lowering
+
+    registered = lowering.lowerings[torch.ops.aten.cat.default]
+    cell = registered.__closure__[registered.__code__.co_freevars.index("decomp_fn")]
+    with _torch_original(cell, "cell_contents"):
+        assert _kernel_loops(DEV) != _kernel_loops("cpu")
+
+
+def test_pad_as_cat_workaround_still_needed():
+    # my_device/inductor/backend.py declines lowering._pad_as_cat for mydev inputs. When this test fails,
+    # torch decides by the backend: remove the workaround.
+    import torch._inductor.lowering as lowering
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    with _torch_original(lowering, "_pad_as_cat"):
+        _kernel_loops(DEV)
+        assert counters["inductor"]["pad_rewritten_as_cat"] == 1
+
+
 def _cache_counts_across_a_thread_count_change():
     """FX graph cache (hits, misses) of a compiled reduction on mydev: compiled, compiled again, then compiled
     with one intra-op thread more."""
