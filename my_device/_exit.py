@@ -31,13 +31,14 @@ def drain_autograd_device_threads():
 
     for index in range(torch.mydev.device_count()):
         leaf = torch.zeros((), device=f"mydev:{index}", requires_grad=True)
-        out = leaf * 1
         # The engine directly, not torch.autograd.backward: that would stash a
         # new Context in the GraphTask this is meant to leave clean. With
         # multithreading on, as the backward it replaces ran: on this thread's
         # default (off, see core/AutogradThread.cpp) it would run here and leave
-        # the device thread's task in place.
-        with torch.autograd.set_multithreading_enabled(True):
+        # the device thread's task in place. Grad mode on: a script may end
+        # with torch.set_grad_enabled(False).
+        with torch.autograd.set_multithreading_enabled(True), torch.enable_grad():
+            out = leaf * 1
             Variable._execution_engine.run_backward(
                 (out,), (torch.ones((), device=out.device),), False, False, (), True, True)
 

@@ -433,6 +433,19 @@ def test_exit_hook_leaves_no_python_object_with_the_device_threads(monkeypatch):
     assert torch.equal(x.grad.cpu(), torch.full((4, 5), 2.0))
 
 
+def test_exit_is_quiet_with_grad_mode_off(python_subprocess):
+    # An inference script commonly turns grad mode off for good; the exit hook's backward still runs.
+    result = python_subprocess("""
+import torch, my_device
+x = torch.randn(3, device="mydev", requires_grad=True)
+(x * 2).sum().backward()
+torch.set_grad_enabled(False)
+print(x.grad.sum().item())
+""")
+    assert result.returncode == 0 and result.stdout.split() == ["6.0"], result
+    assert result.stderr.strip() == "", result.stderr
+
+
 def test_backward_still_stashes_a_python_context():
     # my_device/_exit.py works around this line of torch.autograd.graph; when
     # PyTorch stops stashing a Python object per backward, the hook can go.

@@ -360,6 +360,43 @@ def test_pad_as_cat_workaround_still_needed():
         assert counters["inductor"]["pad_rewritten_as_cat"] == 1
 
 
+def _opt_in_scheduling_failures():
+    """The failures of a compiled function on mydev under config.combo_kernels and config.benchmark_fusion,
+    by mode (a result is checked against eager CPU)."""
+    def f(a, b, c):
+        return a.sin() + 1, (b.cos() * 2).sum(), c.relu() - a.sum()
+
+    args = [torch.randn(64, 64, generator=torch.Generator().manual_seed(k)) for k in range(3)]
+    failures = {}
+    for mode in ("combo_kernels", "benchmark_fusion"):
+        torch._dynamo.reset()
+        try:
+            with torch._inductor.config.patch({mode: True}), fresh_cache():
+                out = torch.compile(f)(*[x.to(DEV) for x in args])
+        except Exception as e:  # noqa: BLE001  (the failure is the finding)
+            failures[mode] = f"{type(e).__name__}: {e}"
+            continue
+        for got, want in zip(out, f(*args)):
+            torch.testing.assert_close(got.cpu(), want)
+    torch._dynamo.reset()
+    return failures
+
+
+def test_opt_in_scheduling_modes_compile_on_mydev_as_on_the_cpu():
+    assert _opt_in_scheduling_failures() == {}
+
+
+def test_opt_in_scheduling_workaround_still_needed():
+    # my_device/inductor/backend.py gives the combo-kernel grouping and speedup_by_fusion a "cpu" constant that
+    # also equals "mydev". When this test fails, torch decides by the backend: remove the workaround.
+    from torch._inductor.scheduler import ForeachKernelSchedulerNode, Scheduler
+
+    with _torch_original(ForeachKernelSchedulerNode, "group_algorithm_for_combo_kernels"), \
+            _torch_original(Scheduler, "speedup_by_fusion"):
+        failures = _opt_in_scheduling_failures()
+    assert "AssertionError" in failures["combo_kernels"] and "triton" in failures["benchmark_fusion"], failures
+
+
 def _cache_counts_across_a_thread_count_change():
     """FX graph cache (hits, misses) of a compiled reduction on mydev: compiled, compiled again, then compiled
     with one intra-op thread more."""

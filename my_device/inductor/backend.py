@@ -241,6 +241,21 @@ class _CpuOrMydev(str):
     __hash__ = str.__hash__
 
 
+def _as_for_the_cpu(function):
+    """A copy of torch's `function` whose one "cpu" constant also equals "mydev": its device-type test then
+    answers for mydev as for the CPU. Used where that test is inside a function too long to wrap; it fails
+    loudly if torch's function changed shape."""
+    import types
+
+    code = function.__code__
+    assert code.co_consts.count("cpu") == 1, f"{function.__qualname__} changed in torch: review the workaround"
+    consts = tuple(_CpuOrMydev("cpu") if isinstance(c, str) and c == "cpu" else c for c in code.co_consts)
+    copy = types.FunctionType(code.replace(co_consts=consts), function.__globals__, function.__name__,
+                              function.__defaults__, function.__closure__)
+    copy.__kwdefaults__, copy.__doc__, copy.__qualname__ = function.__kwdefaults__, function.__doc__, function.__qualname__
+    return copy
+
+
 @functools.cache
 def _patch_cat_lowering() -> None:
     # WORKAROUND (torch 2.13): the lowering of aten.cat writes a cat of
@@ -251,28 +266,49 @@ def _patch_cat_lowering() -> None:
     # kernels are that backend's. Compiled cat([a.relu(), b.sigmoid()], 1) * 2
     # on (256, 1000) inputs ran 5x the CPU's time. The choice is a local of the
     # lowering, so the lowering registered for aten.cat gets a copy of torch's
-    # function whose "cpu" constant also equals "mydev" (its one use is that
-    # choice, and the int8 fallback before it, which the CPU takes too).
+    # function for the CPU (its one "cpu" is that choice, and the int8
+    # fallback before it, which the CPU takes too).
     # test_inductor.py::test_cat_lowering_workaround_still_needed fails once
     # torch decides by the backend.
-    import types
-
     import torch._inductor.lowering as lowering
 
     registered = lowering.lowerings[torch.ops.aten.cat.default]
     cell = registered.__closure__[registered.__code__.co_freevars.index("decomp_fn")]
-    original = cell.cell_contents
-    code = original.__code__
-    assert code.co_consts.count("cpu") == 1, "torch's cat lowering changed: review _patch_cat_lowering"
-    consts = tuple(_CpuOrMydev("cpu") if isinstance(c, str) and c == "cpu" else c for c in code.co_consts)
-    copy = types.FunctionType(code.replace(co_consts=consts), original.__globals__, original.__name__,
-                              original.__defaults__, original.__closure__)
-    copy.__kwdefaults__, copy.__doc__, copy.__qualname__ = original.__kwdefaults__, original.__doc__, original.__qualname__
-    _patches.replace(cell, "cell_contents", copy, target="torch._inductor.lowering.cat",
+    _patches.replace(cell, "cell_contents", _as_for_the_cpu(cell.cell_contents), target="torch._inductor.lowering.cat",
                      why="a cat of computed inputs is one kernel of masked loads on every device but 'cpu', which "
                          "realizes each input into its slice (slower masked loads in the C++ backend); mydev's "
                          "kernels are C++ too and ran it 5x the CPU's time",
                      test="test_inductor.py::test_cat_lowering_workaround_still_needed")
+
+
+@functools.cache
+def _patch_opt_in_scheduling_modes() -> None:
+    # WORKAROUND (torch 2.13): two opt-in scheduler modes skip the CPU's nodes
+    # by device type, and fail for mydev's, which CppScheduling writes too:
+    # config.combo_kernels groups them (the CPU's never are) and then asserts
+    # in Scheduler.generate_combo_kernel_code; config.benchmark_fusion times
+    # candidate fusions with Triton ("No module named 'triton'"), which it
+    # skips for the C++ backend only on device type "cpu". Each function gets
+    # a copy for the CPU. test_inductor.py::
+    # test_opt_in_scheduling_workaround_still_needed fails once torch decides
+    # by the backend.
+    from torch._inductor.scheduler import ForeachKernelSchedulerNode, Scheduler
+
+    grouping = ForeachKernelSchedulerNode.__dict__["group_algorithm_for_combo_kernels"]
+    if isinstance(grouping, staticmethod) and grouping.__func__ is ForeachKernelSchedulerNode.__dict__[
+            "_default_group_nodes_for_combo_kernels"].__func__:  # (not one a user set)
+        copy = _as_for_the_cpu(grouping.__func__)
+        copy._torch_original = grouping.__func__  # (what the class attribute reads as, beside the staticmethod's)
+        _patches.replace(ForeachKernelSchedulerNode, "group_algorithm_for_combo_kernels", staticmethod(copy),
+                         target="torch._inductor.scheduler.ForeachKernelSchedulerNode.group_algorithm_for_combo_kernels",
+                         why="config.combo_kernels never groups the CPU's nodes, by device type; mydev's were grouped "
+                             "and the C++ scheduling asserted",
+                         test="test_inductor.py::test_opt_in_scheduling_workaround_still_needed")
+    _patches.replace(Scheduler, "speedup_by_fusion", _as_for_the_cpu(Scheduler.speedup_by_fusion),
+                     target="torch._inductor.scheduler.Scheduler.speedup_by_fusion",
+                     why="config.benchmark_fusion skips timing the C++ backend's fusions only for device type 'cpu'; "
+                         "for mydev it asked for Triton",
+                     test="test_inductor.py::test_opt_in_scheduling_workaround_still_needed")
 
 
 @functools.cache
@@ -426,6 +462,7 @@ def register() -> None:
     _patch_two_step_variance()
     _patch_cat_lowering()
     _patch_pad_as_cat()
+    _patch_opt_in_scheduling_modes()
     _patch_backend_name()
     _patch_precompiled_header_names()
     # The device interface is normally registered by the import hook; a
