@@ -114,6 +114,10 @@ from . import _cpu_like_refs  # noqa: E402
 
 _cpu_like_refs.install()
 
+from . import _flex_attention  # noqa: E402
+
+_flex_attention.install()
+
 from . import _settings  # noqa: E402
 
 _settings.install()

@@ -114,6 +114,7 @@ def test_every_patch_of_torch_is_listed_with_its_reason_and_test(python_subproce
 import json, my_device, torch
 import torch._inductor.compile_fx, torch._inductor.output_code, torch._inductor.cudagraph_utils
 import torch.nested._internal.ops
+import torch.nn.attention.flex_attention
 from my_device.inductor import backend
 import my_device.distributed
 backend.register()

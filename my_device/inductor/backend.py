@@ -282,6 +282,28 @@ def _patch_cat_lowering() -> None:
 
 
 @functools.cache
+def _patch_flex_attention_lowering() -> None:
+    # WORKAROUND (torch 2.13): the lowering of the flex_attention operator
+    # takes the CPU's C++ template for device type "cpu" and a Triton one for
+    # every other device but MPS; mydev's kernels are the C++ backend's, and
+    # with Triton's the compile failed. The registered lowering gets a copy
+    # of torch's for the CPU (its one "cpu" is that choice). my_device/
+    # _flex_attention.py lets mydev inputs through flex_attention's own checks.
+    # test_flex_attention.py::test_flex_attention_lowering_workaround_still_needed
+    # fails once torch decides by the backend.
+    import torch._inductor.lowering as lowering
+    from torch._higher_order_ops.flex_attention import flex_attention
+
+    registered = lowering.lowerings[flex_attention]
+    cell = registered.__closure__[registered.__code__.co_freevars.index("decomp_fn")]
+    _patches.replace(cell, "cell_contents", _as_for_the_cpu(cell.cell_contents),
+                     target="torch._inductor.kernel.flex.flex_attention.flex_attention",
+                     why="the flex_attention lowering takes the C++ template for device type 'cpu' and Triton's for "
+                         "mydev, whose kernels are C++",
+                     test="test_flex_attention.py::test_flex_attention_lowering_workaround_still_needed")
+
+
+@functools.cache
 def _patch_opt_in_scheduling_modes() -> None:
     # WORKAROUND (torch 2.13): two opt-in scheduler modes skip the CPU's nodes
     # by device type, and fail for mydev's, which CppScheduling writes too:
@@ -463,6 +485,7 @@ def register() -> None:
     _patch_cat_lowering()
     _patch_pad_as_cat()
     _patch_opt_in_scheduling_modes()
+    _patch_flex_attention_lowering()
     _patch_backend_name()
     _patch_precompiled_header_names()
     # The device interface is normally registered by the import hook; a
