@@ -238,6 +238,9 @@ class _CpuOrMydev(str):
     def __eq__(self, other):
         return other in ("cpu", "mydev")
 
+    def __ne__(self, other):
+        return not self == other
+
     __hash__ = str.__hash__
 
 
