@@ -265,7 +265,7 @@ def main():
                        help="only the first-call compile times (fresh processes, empty caches)")
 
     args = parse_args(__doc__, repeat=7, extra=extra)
-    cases = [] if args.first_compile_only else args.cases.split(",")
+    cases = [] if args.first_compile_only else [c for c in args.cases.split(",") if c]  # --cases "": none
     for name in cases:
         build, inner = CASES[name]
         _case(name, build, inner, args.repeat)
