@@ -1,4 +1,5 @@
 import contextlib
+import gc
 import os
 import subprocess
 import sys
@@ -37,11 +38,18 @@ DELAY_US = 500_000
 def delayed(stream, us=DELAY_US):
     """Holds back `stream`'s worker `us` before each task (a test hook), so that
     whether work was queued shows in `stream.query()`, not in timings."""
+    # Python's garbage collector is off in the block: a full collection in a test process that imported the
+    # OpInfo database and Inductor took 350 ms on an idle machine, and more beside CI's other process, which is
+    # enough to let a held-back kernel finish between its launch and the `query()` that expects it pending.
+    collecting = gc.isenabled()
+    gc.disable()
     my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, us)
     try:
         yield stream
     finally:
         my_device._C._test_set_stream_delay(stream.stream_id, stream.device_index, 0)
+        if collecting:
+            gc.enable()
         stream.synchronize()
 
 

@@ -67,13 +67,12 @@ def test_flex_attention_workaround_still_needed():
 def test_flex_attention_lowering_workaround_still_needed():
     # my_device/inductor/backend.py gives the flex_attention lowering a "cpu" constant that also equals "mydev".
     # When this test fails, torch decides by the backend: remove the workaround.
-    import torch._inductor.lowering as lowering
     from torch._higher_order_ops.flex_attention import flex_attention
 
-    registered = lowering.lowerings[flex_attention]
-    cell = registered.__closure__[registered.__code__.co_freevars.index("decomp_fn")]
+    from my_device.inductor.backend import _lowering_cell
+
     torch._dynamo.reset()
-    with _torch_original(cell, "cell_contents"), fresh_cache():
+    with _torch_original(_lowering_cell(flex_attention), "cell_contents"), fresh_cache():
         # (the GPU template's path: here it asks for CUDA)
         with pytest.raises(Exception, match="CUDA|[Tt]riton"):
             with torch.no_grad():

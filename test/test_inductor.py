@@ -340,11 +340,9 @@ def test_a_cat_and_a_pad_compile_to_the_cpus_kernels():
 def test_cat_lowering_workaround_still_needed():
     # my_device/inductor/backend.py gives the registered cat lowering a "cpu" constant that also equals "mydev".
     # When this test fails, torch decides by the backend: remove the workaround.
-    import torch._inductor.lowering as lowering
+    from my_device.inductor.backend import _lowering_cell
 
-    registered = lowering.lowerings[torch.ops.aten.cat.default]
-    cell = registered.__closure__[registered.__code__.co_freevars.index("decomp_fn")]
-    with _torch_original(cell, "cell_contents"):
+    with _torch_original(_lowering_cell(torch.ops.aten.cat.default), "cell_contents"):
         assert _kernel_loops(DEV) != _kernel_loops("cpu")
 
 

@@ -259,6 +259,15 @@ def _as_for_the_cpu(function):
     return copy
 
 
+def _lowering_cell(op):
+    """The closure cell holding torch's function behind the lowering registered for `op` (register_lowering
+    wraps it): replacing the cell's contents changes that lowering for every caller."""
+    import torch._inductor.lowering as lowering
+
+    registered = lowering.lowerings[op]
+    return registered.__closure__[registered.__code__.co_freevars.index("decomp_fn")]
+
+
 @functools.cache
 def _patch_cat_lowering() -> None:
     # WORKAROUND (torch 2.13): the lowering of aten.cat writes a cat of
@@ -273,10 +282,7 @@ def _patch_cat_lowering() -> None:
     # fallback before it, which the CPU takes too).
     # test_inductor.py::test_cat_lowering_workaround_still_needed fails once
     # torch decides by the backend.
-    import torch._inductor.lowering as lowering
-
-    registered = lowering.lowerings[torch.ops.aten.cat.default]
-    cell = registered.__closure__[registered.__code__.co_freevars.index("decomp_fn")]
+    cell = _lowering_cell(torch.ops.aten.cat.default)
     _patches.replace(cell, "cell_contents", _as_for_the_cpu(cell.cell_contents), target="torch._inductor.lowering.cat",
                      why="a cat of computed inputs is one kernel of masked loads on every device but 'cpu', which "
                          "realizes each input into its slice (slower masked loads in the C++ backend); mydev's "
@@ -287,22 +293,21 @@ def _patch_cat_lowering() -> None:
 @functools.cache
 def _patch_flex_attention_lowering() -> None:
     # WORKAROUND (torch 2.13): the lowering of the flex_attention operator
-    # takes the CPU's C++ template for device type "cpu" and a Triton one for
+    # takes the CPU's C++ template for device type "cpu" and the GPU one for
     # every other device but MPS; mydev's kernels are the C++ backend's, and
-    # with Triton's the compile failed. The registered lowering gets a copy
-    # of torch's for the CPU (its one "cpu" is that choice). my_device/
-    # _flex_attention.py lets mydev inputs through flex_attention's own checks.
+    # with the GPU's the compile failed (it asked for CUDA). The registered
+    # lowering gets a copy of torch's for the CPU (its one "cpu" is that
+    # choice). my_device/_flex_attention.py lets mydev inputs through
+    # flex_attention's own checks.
     # test_flex_attention.py::test_flex_attention_lowering_workaround_still_needed
     # fails once torch decides by the backend.
-    import torch._inductor.lowering as lowering
     from torch._higher_order_ops.flex_attention import flex_attention
 
-    registered = lowering.lowerings[flex_attention]
-    cell = registered.__closure__[registered.__code__.co_freevars.index("decomp_fn")]
+    cell = _lowering_cell(flex_attention)
     _patches.replace(cell, "cell_contents", _as_for_the_cpu(cell.cell_contents),
                      target="torch._inductor.kernel.flex.flex_attention.flex_attention",
-                     why="the flex_attention lowering takes the C++ template for device type 'cpu' and Triton's for "
-                         "mydev, whose kernels are C++",
+                     why="the flex_attention lowering takes the C++ template for device type 'cpu' and the GPU's "
+                         "(which asked for CUDA) for mydev, whose kernels are C++",
                      test="test_flex_attention.py::test_flex_attention_lowering_workaround_still_needed")
 
 
