@@ -420,6 +420,9 @@ def work_semantics(checks, rank, world):
             expect("mccl" in str(e), f"unclear error: {e}")
         else:
             raise AssertionError("a gloo-only group accepted a mydev tensor")
+        # The refusal needs no peer: without a collective first, one rank could destroy the group (closing its
+        # sockets) while the other was still connecting to it ("Connection closed by peer" in new_group).
+        dist.barrier(group=g)
         dist.destroy_process_group(g)
 
     def wait_with_a_timeout_waits_on_the_host():
