@@ -110,6 +110,19 @@ CASES = {"tiny": (_tiny, 300), "mlp": (_mlp, 20), "cnn": (_cnn, 10), "transforme
          "gpt": (_gpt, 5)}
 
 
+def build_case(build):
+    """A case's model, CPU input and target (None: the loss is the output's mean square) and optimizer class,
+    seeded."""
+    torch.manual_seed(0)
+    model, shape, classes, opt_cls = build()
+    if callable(shape):  # the case makes its own input and target
+        x, target = shape()
+    else:
+        x = torch.randn(shape)
+        target = torch.randint(0, classes, (shape[0],)) if classes else None
+    return model, x, target, opt_cls
+
+
 def _step_fn(model, opt, x, target, backend, compile_opt):
     fwd = torch.compile(model, backend=backend) if backend else model
     opt_step = torch.compile(opt.step, backend=backend) if compile_opt else opt.step
@@ -127,13 +140,7 @@ def _step_fn(model, opt, x, target, backend, compile_opt):
 def _case(name, build, inner, repeat):
     """Every configuration's step built first, then timed taking turns (interleaved_samples): the
     ratios are medians of per-round ratios, each of two samples taken back to back."""
-    torch.manual_seed(0)
-    model, shape, classes, opt_cls = build()
-    if callable(shape):  # the case makes its own input and target
-        x, target = shape()
-    else:
-        x = torch.randn(shape)
-        target = torch.randint(0, classes, (shape[0],)) if classes else None
+    model, x, target, opt_cls = build_case(build)
     torch._dynamo.reset()
     steps = {}
     for label, device, backend, co in CONFIGS:

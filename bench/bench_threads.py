@@ -38,11 +38,7 @@ def _measure(threads, cases, repeat):
     sync = torch.mydev.synchronize
     out = {}
     for name in cases:
-        build, _ = bc.CASES[name]
-        torch.manual_seed(0)
-        model, shape, classes, opt_cls = build()
-        x = torch.randn(shape)
-        target = torch.randint(0, classes, (shape[0],)) if classes else None
+        model, x, target, opt_cls = bc.build_case(bc.CASES[name][0])
         steps = {}
         for device in ("cpu", "mydev"):
             m = copy.deepcopy(model).to(device)
