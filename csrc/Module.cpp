@@ -270,6 +270,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     synchronize(d);
     return seen->load();
   });
+  // The intra-op threads of kernels this thread launches (core/ComputeUnits.h).
+  m.def("_kernel_intra_op_threads", &kernel_intra_op_threads);
   // bench/bench_launch.py --breakdown: turns the host kernel's stage timing on
   // or off and returns the totals since the last call (ns per stage, calls).
   m.def("_host_kernel_breakdown", [](bool enable) {

@@ -53,6 +53,20 @@ def delayed(stream, us=DELAY_US):
         stream.synchronize()
 
 
+@pytest.fixture
+def kernel_threads():
+    """The test runs at the intra-op thread count of mydev's kernels (my_device._C._kernel_intra_op_threads:
+    torch's setting, or one fewer than the cores when it asks for them all). A parallel reduction's rounding
+    depends on the count (layer norm's and batch norm's backward split rows by it at any size), so the CPU's
+    bits are mydev's at the same count: tests that compare bits use it."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(my_device._C._kernel_intra_op_threads())
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(saved)
+
+
 def breakdown_counts(fn):
     """(fn()'s result, the counts my_device._C._host_kernel_breakdown kept while it ran)."""
     torch.mydev.synchronize()

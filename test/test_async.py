@@ -730,7 +730,7 @@ def test_python_meta_kernels_still_override_the_cpp_ones():
     assert meta and "_meta_registrations.py" in meta[0], table
 
 
-def test_queued_host_kernels_keep_errors_at_the_call():
+def test_queued_host_kernels_keep_errors_at_the_call(kernel_threads):
     # Shape errors come from the Meta kernel, at the call; dtypes the CPU kernel
     # lacks keep such ops on the inline path, which raises the CPU's error.
     a, b = torch.randn(1 << 19, device="mydev"), torch.randn(1 << 18, device="mydev")
@@ -882,11 +882,16 @@ def test_sync_debug_mode_reports_operations_that_wait_for_the_device():
     torch.testing.assert_close(y.cpu(), torch.sort(x.cpu() * 2 + 1).values.cumsum(0))
 
 
+@pytest.mark.parametrize("knob", ["", "torch"], ids=["default", "MYDEV_KERNEL_THREADS=torch"])
 @pytest.mark.parametrize("threads", [1, 3])  # (neither is OpenMP's default on a 2-core machine)
-def test_stream_workers_take_the_intra_op_thread_setting(python_subprocess, threads):
+def test_stream_workers_take_the_intra_op_thread_setting(python_subprocess, threads, knob):
     # OpenMP's thread count is per thread: a worker that ran a matrix product before any parallel_for
-    # used every core under torch.set_num_threads(1) (run_kernel_body in core/Launch.h).
-    r = python_subprocess(f"""
+    # used every core under torch.set_num_threads(1). A kernel takes its count at the launch
+    # (kernel_intra_op_threads in core/ComputeUnits.h): torch's, or one fewer than the cores when it asks for
+    # them all, so that the kernel's team and the dispatching host thread fit on the cores.
+    cores = len(os.sched_getaffinity(0))
+    want = threads if threads < cores or knob else max(1, cores - 1)
+    r = python_subprocess(env={"MYDEV_KERNEL_THREADS": knob}, code=f"""
         import torch, my_device
         torch.set_num_threads({threads})
         a, w = torch.randn(64, 512), torch.randn(512, 256)
@@ -895,7 +900,60 @@ def test_stream_workers_take_the_intra_op_thread_setting(python_subprocess, thre
             out = torch.mm(a.to("mydev"), w.to("mydev"))   # queued: too large to run at the call
             seen = my_device._C._test_worker_omp_threads(torch.mydev.current_device())
         torch.testing.assert_close(out.cpu(), torch.mm(a, w))
-        print("threads", seen)
+        print("threads", seen, my_device._C._kernel_intra_op_threads(), torch.get_num_threads())
     """)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"threads {threads}" in r.stdout, r.stdout + r.stderr
+    assert f"threads {want} {want} {threads}" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_bad_kernel_threads_setting_is_a_clear_error(python_subprocess):
+    r = python_subprocess("""
+        import torch, my_device
+        try:
+            torch.ones(3, device="mydev") * 2
+        except RuntimeError as e:
+            print("refused:", e)
+    """, env={"MYDEV_KERNEL_THREADS": "3"})
+    assert "refused: MYDEV_KERNEL_THREADS: expected unset or 'torch', got '3'" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_kernels_intra_op_threads_do_not_depend_on_the_thread_that_runs_it():
+    # Layer norm's backward splits its rows among the intra-op threads at any size, so its weight gradient's
+    # rounding shows the count it ran with. At the call (short, idle stream), queued behind held-back work, and
+    # replayed from a graph, the kernel gives the CPU's bits at the count taken at its launch.
+    g = torch.Generator().manual_seed(0)
+    x, w, b, dy = (torch.randn(s, generator=g) for s in ((64, 16), (16,), (16,), (64, 16)))
+
+    def weight_grad(device):
+        return layer_norm_weight_grad(*(t.to(device) for t in (x, w, b, dy)))
+
+    def layer_norm_weight_grad(x, w, b, dy):
+        w = w.detach().requires_grad_()
+        out = torch.native_layer_norm(x, (16,), w, b, 1e-5)[0]
+        return torch.autograd.grad(out, w, dy)[0]
+
+    kernel, torch_threads = my_device._C._kernel_intra_op_threads(), torch.get_num_threads()
+    try:
+        torch.set_num_threads(kernel)
+        want = weight_grad("cpu")
+    finally:
+        torch.set_num_threads(torch_threads)
+    if kernel != torch_threads:  # (the input tells the two counts apart, so a kernel at torch's would fail)
+        assert not torch.equal(weight_grad("cpu"), want)
+    got = {"first call": weight_grad("mydev").cpu(), "at the call": weight_grad("mydev").cpu()}
+    inputs = [t.to("mydev") for t in (x, w, b, dy)]
+    with delayed(torch.mydev.current_stream()) as stream:
+        queued = layer_norm_weight_grad(*inputs)
+        assert not stream.query()
+    got["queued"] = queued.cpu()
+    side = torch.mydev.Stream()
+    side.wait_stream(torch.mydev.current_stream())
+    with torch.mydev.stream(side):
+        layer_norm_weight_grad(*inputs)  # (a capture's first calls of a signature must have run)
+        graph = torch.mydev.MyDevGraph()
+        with torch.mydev.graph(graph):
+            replayed = layer_norm_weight_grad(*inputs)
+    graph.replay()
+    got["replayed"] = replayed.cpu()
+    for path, grad in got.items():
+        assert torch.equal(grad, want), path

@@ -10,6 +10,8 @@ import my_device  # noqa: F401
 
 from conftest import delayed, host_kernel_calls
 
+pytestmark = pytest.mark.usefixtures("kernel_threads")  # (the tests compare bits with the CPU's)
+
 CASES = [
     ((1, 1, 128), (128,)),      # a decoding step's hidden state
     ((4, 8, 16), (8, 16)),      # two normalized dimensions
@@ -50,6 +52,24 @@ def test_forward_and_backward_equal_the_cpu(shape, ns, dtype, busy):
         got = _forward_and_grads("mydev", x, w, b, ns, grad)
     _assert_same(got[0], want[0])
     _assert_same(got[1], want[1])
+
+
+@pytest.mark.parametrize("needs_grad", ["weight", "bias", "input", "weight,bias"])
+@pytest.mark.parametrize("shape", [(64, 16), (3, 16)], ids=["queued", "short"])
+def test_backward_computes_only_the_gradients_asked_for(needs_grad, shape):
+    # A layer norm over data that needs no gradient (a model's first layer) asks native_layer_norm_backward
+    # for the parameters' gradients only: its grad_input output is then undefined.
+    g = torch.Generator().manual_seed(0)
+    x, w, b, dy = (torch.randn(s, generator=g) for s in (shape, (16,), (16,), shape))
+    grads = []
+    for device in ("cpu", "mydev", "mydev"):  # (a signature's first call runs at the call; the second not)
+        named = {name: t.to(device).requires_grad_(name in needs_grad)
+                 for name, t in zip(("input", "weight", "bias"), (x, w, b))}
+        out = F.layer_norm(named["input"], (16,), named["weight"], named["bias"])
+        wanted = [t for name, t in named.items() if name in needs_grad]
+        grads.append([t.cpu() for t in torch.autograd.grad(out, wanted, dy.to(device))])
+    _assert_same(grads[1], grads[0])
+    _assert_same(grads[2], grads[0])
 
 
 @pytest.mark.parametrize("weights", ["none", "weight", "bias"])

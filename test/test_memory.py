@@ -262,7 +262,7 @@ def test_ops_that_read_a_lazy_clone_leave_it_shared(name, op, n, busy):
     assert torch.equal(y.cpu(), base * 2) and torch.equal(x.cpu(), base)
 
 
-def test_batch_norm_updates_a_lazily_cloned_running_mean_alone():
+def test_batch_norm_updates_a_lazily_cloned_running_mean_alone(kernel_threads):
     # native_batch_norm writes its running statistics, which its schema does not mark as written: the
     # host kernel gives them bytes of their own like any written argument (HostKernel.cpp).
     x = torch.randn(8, 3)

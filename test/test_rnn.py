@@ -9,6 +9,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import my_device
 
+pytestmark = pytest.mark.usefixtures("kernel_threads")  # (the tests compare bits with the CPU's)
+
 IN, HID, BATCH, SEQ = 5, 4, 3, 6
 
 LAYOUTS = {

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <exception>
 #include <mutex>
+#include <sched.h>
+#include <cstdlib>
+#include <string_view>
 #include <thread>
 
 #include "Launch.h"
@@ -73,10 +76,12 @@ const Units& units() {
 // Units side by side each using every intra-op thread would ask for units x threads cores: with the machine's
 // default of one thread a core, programs on two units ran 1.15-1.42x eager's time.
 IntraOpThreads::IntraOpThreads(int threads) {
-  // ATen sets a thread's OpenMP threads to its own count at the thread's first parallel call, once per thread
-  // as libtorch's flag records (at::internal::lazy_init_num_threads, inline, may keep a flag of its own in
-  // this library): asking libtorch now means it cannot undo the setting below later.
-  (void)at::get_num_threads();
+  // ATen sets a thread's OpenMP and MKL threads to torch's setting at the thread's first parallel call, once
+  // per thread as libtorch's flag records (at::internal::lazy_init_num_threads, inline, may keep a flag of its
+  // own in this library): asking libtorch now means it cannot undo the setting below later. A BLAS call alone
+  // does not ask, so a fresh thread whose first kernel is a matrix product would use every core.
+  if (at::get_num_threads() == threads) return;  // (OpenMP builds: this thread's own count)
+  changed_ = true;
 #if AT_PARALLEL_OPENMP
   omp_saved_ = omp_get_max_threads();
   omp_set_num_threads(threads);
@@ -87,12 +92,28 @@ IntraOpThreads::IntraOpThreads(int threads) {
 }
 
 IntraOpThreads::~IntraOpThreads() {
+  if (!changed_) return;
 #if AT_MKL_ENABLED()
   MKL_Set_Num_Threads_Local(mkl_saved_);
 #endif
 #if AT_PARALLEL_OPENMP
   omp_set_num_threads(omp_saved_);
 #endif
+}
+
+int kernel_intra_op_threads() {
+  // MYDEV_KERNEL_THREADS=torch: torch's setting as it is, for the CPU's bits at any setting.
+  static const int cores = [] {  // (0: no limit)
+    const char* v = std::getenv("MYDEV_KERNEL_THREADS");
+    if (v != nullptr && std::string_view(v) == "torch") return 0;
+    TORCH_CHECK(v == nullptr || *v == '\0', "MYDEV_KERNEL_THREADS: expected unset or 'torch', got '", v, "'");
+    cpu_set_t usable;
+    if (sched_getaffinity(0, sizeof(usable), &usable) == 0) return std::max(1, CPU_COUNT(&usable));
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }();
+  const int asked = at::get_num_threads();
+  if (cores == 0 || asked < cores) return asked;
+  return std::max(1, cores - 1);
 }
 
 void run_on_compute_units(const std::function<void()>& work) {

@@ -24,9 +24,23 @@ class IntraOpThreads {
   IntraOpThreads& operator=(const IntraOpThreads&) = delete;
 
  private:
+  bool changed_ = false;  // (a thread already at `threads` is left alone)
   int omp_saved_ = 0;
   int mkl_saved_ = 0;
 };
+
+// The intra-op threads a kernel launched from this thread runs with, whichever
+// thread runs it: torch's setting as this thread sees it (torch.get_num_threads),
+// but one fewer than the cores this process may use when it asks for them all.
+// The emulated device computes on the host's cores while the host thread keeps
+// dispatching: a kernel's team of one thread a core plus that thread made two
+// OpenMP teams take turns on the cores, and eager training steps ran 1.4-3x
+// slower at two threads on two cores than at one. Fixed at the launch so that a
+// kernel's result (a parallel reduction's rounding) never depends on the
+// thread that ran it: its stream's worker, the launching thread at the call, a
+// waiting host, or a graph replay. MYDEV_KERNEL_THREADS=torch keeps torch's
+// setting as it is (the CPU's bits at every setting, at that cost).
+int kernel_intra_op_threads();
 
 // How work that could run side by side should: on every unit always, never
 // (one unit), or as the caller's own timing decides (the device's default).

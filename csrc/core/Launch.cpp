@@ -61,6 +61,7 @@ KernelScope::KernelScope(const KernelContext& kernel) {
   if (entered_) {
     t.kernel = kernel;
     t.in_kernel = true;
+    threads_.emplace(kernel.threads);
   }
 }
 
@@ -69,7 +70,7 @@ KernelScope::~KernelScope() {
 }
 
 KernelContext kernel_context(c10::DeviceIndex device, mydevStream_t stream) {
-  return {device, stream, free_clock(device), false};
+  return {device, stream, free_clock(device), false, kernel_intra_op_threads()};
 }
 
 KernelContext kernel_context(c10::DeviceIndex device) {

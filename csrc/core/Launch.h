@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "ComputeUnits.h"
 #include "Device.h"
 #include "Exception.h"
 #include "Graph.h"
@@ -108,14 +109,15 @@ struct KernelContext {
   mydevStream_t stream;
   uint64_t epoch;
   bool at_call;  // run by launch_if_idle on the launching thread (launch_is_nested)
+  int threads;   // its intra-op threads (kernel_intra_op_threads), set while it runs
 };
 const KernelContext* current_kernel();
 inline bool in_kernel() {
   return current_kernel() != nullptr;
 }
-// Marks this thread as running `kernel` for its lifetime. A kernel run from
-// inside another (an inline call from a queued task) keeps the outer context:
-// its place in the stream is the outer one's.
+// Marks this thread as running `kernel` for its lifetime, with the kernel's
+// intra-op threads. A kernel run from inside another (an inline call from a
+// queued task) keeps the outer context: its place in the stream is the outer one's.
 class KernelScope {
  public:
   explicit KernelScope(const KernelContext& kernel);
@@ -125,6 +127,7 @@ class KernelScope {
 
  private:
   bool entered_;
+  std::optional<IntraOpThreads> threads_;
 };
 // The context of a kernel about to take its place on `device`'s current stream
 // (`stream`, if the caller has it already).
@@ -181,13 +184,6 @@ inline bool is_short_kernel(int64_t elements) {
 // kept for a host thread; a body run on the launching host thread warns there.
 template <bool kOnWorker, class F>
 MYDEV_ALWAYS_INLINE int run_kernel_body(const KernelContext& context, c10::DeviceIndex device, const char* label, F& body) {
-  // OpenMP's and MKL's thread counts are per thread. PyTorch's own threads take
-  // torch.set_num_threads' setting when they first run parallel code (parallel_for
-  // calls this), but a BLAS call does not: a worker whose first kernel was a
-  // matrix product ran it, and every later one, on all cores, competing with the
-  // host thread (a queued (16,512)@(512,64) addmm under set_num_threads(1)
-  // measured 1.15-1.84x CPU's time, and 1.0-1.1x once set).
-  if constexpr (kOnWorker) at::internal::lazy_init_num_threads();
   try {
     KernelScope in_kernel(context);
     std::optional<c10::WarningUtils::WarningHandlerGuard> keep_warnings;

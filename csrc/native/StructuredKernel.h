@@ -669,7 +669,13 @@ MYDEV_ALWAYS_INLINE std::array<at::Tensor, N> queue_functional(const char* label
     // CPU ops allocating device memory, not launches behind this kernel.
     Functional<Base, N> op;
     op.meta(args...);
-    const c10::DeviceIndex device = op.outputs[0].device().index();
+    // (An output a mask leaves out is undefined: native_layer_norm_backward's grad_input when only the
+    // weight needs one.)
+    const c10::DeviceIndex device = launch_device(args...);
+    for (const at::Tensor& o : op.outputs) {
+      TORCH_INTERNAL_ASSERT(!o.defined() || o.device().index() == device, label, ": output on mydev:",
+                            o.device().index(), ", inputs on mydev:", device);
+    }
     // The elements of its operands and outputs bound such a kernel's work (a
     // softmax, a reduction, nll_loss; a matrix product's is about the 1.5th
     // power of theirs): over a few thousand, the hand-off to the worker costs
@@ -722,9 +728,7 @@ MYDEV_ALWAYS_INLINE std::array<at::Tensor, N> queue_functional(const char* label
       Functional<Base, N> op;  // impl() only: meta() ran on the caller's, and left this its state
     };
     static_assert(sizeof(Job) <= 1024, "larger than malloc's per-thread cache serves: derive Job from Pooled");
-    auto job = std::make_unique<Job>(launch_device(args...), op);
-    TORCH_INTERNAL_ASSERT(device == job->held.device(), label, ": output on mydev:", device, ", inputs on mydev:",
-                          job->held.device());
+    auto job = std::make_unique<Job>(device, op);
     job->host.set_touch(Touch::kReads);
     job->args.emplace(job->host.alias(args)...);
     job->host.set_touch(Touch::kWrites);
