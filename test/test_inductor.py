@@ -219,20 +219,37 @@ def _compiled_scatter_sums():
     return nanquantile_compiled, torch.equal(got, pool_grad(x))
 
 
-def test_a_scatter_sum_compiles_as_on_the_cpu():
+def _scatter_sums_with_two_thread_kernels(python_subprocess, original=False):
+    # (kernels of two threads, where the choice of a fallback matters: MYDEV_KERNEL_THREADS=torch; a 2-core
+    # machine's kernels take one thread by default, and write no atomic adds)
+    r = python_subprocess(f"""
+        import sys, torch
+        sys.path.insert(0, "test")
+        import test_inductor as t
+        import torch._inductor.decomposition as decomposition, torch._inductor.lowering as lowering
+        import torch._inductor.utils as utils
+        torch.set_num_threads(2)
+        if {original}:
+            with t._torch_original(utils, "use_scatter_fallback"), \\
+                    t._torch_original(decomposition, "use_scatter_fallback"), \\
+                    t._torch_original(lowering, "use_scatter_fallback"):
+                print("sums", t._compiled_scatter_sums())
+        else:
+            print("sums", t._compiled_scatter_sums())
+    """, env={"MYDEV_KERNEL_THREADS": "torch"}, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.split("sums ")[-1].strip()
+
+
+def test_a_scatter_sum_compiles_as_on_the_cpu(python_subprocess):
     assert _compiled_scatter_sums() == (True, True)
+    assert _scatter_sums_with_two_thread_kernels(python_subprocess) == "(True, True)"
 
 
-def test_scatter_fallback_workaround_still_needed():
+def test_scatter_fallback_workaround_still_needed(python_subprocess):
     # my_device/inductor/backend.py passes "cpu" for mydev to use_scatter_fallback. When this test fails,
     # torch decides by the backend or its inline scatter-add is right in both cases: remove the workaround.
-    import torch._inductor.decomposition as decomposition
-    import torch._inductor.lowering as lowering
-    import torch._inductor.utils as utils
-
-    with _torch_original(utils, "use_scatter_fallback"), _torch_original(decomposition, "use_scatter_fallback"), \
-            _torch_original(lowering, "use_scatter_fallback"):
-        assert _compiled_scatter_sums() == (False, False)
+    assert _scatter_sums_with_two_thread_kernels(python_subprocess, original=True) == "(False, False)"
 
 
 def _batch_norm_saved_shapes():
@@ -420,22 +437,62 @@ def _cache_counts_across_a_thread_count_change():
     return counts
 
 
-def test_a_graph_compiled_for_another_thread_count_is_not_served():
+def _cache_counts_in_a_process_whose_kernels_take_torchs_threads(python_subprocess, before=""):
+    # (MYDEV_KERNEL_THREADS=torch: torch's setting decides the kernels' count, which one more thread then changes
+    # on any machine; by default a 2-core machine's kernels take one thread at any setting)
+    r = python_subprocess(f"""
+        import sys
+        sys.path.insert(0, "test")
+        from test_inductor import _cache_counts_across_a_thread_count_change
+        {before}
+        print("counts", _cache_counts_across_a_thread_count_change())
+    """, env={"MYDEV_KERNEL_THREADS": "torch"}, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.split("counts ")[-1].strip()
+
+
+def test_a_graph_compiled_for_another_thread_count_is_not_served(python_subprocess):
     # mydev's C++ kernels are specialized on the thread count (a reduction's accumulators, one a thread): a graph
     # compiled with 2 threads and served to a process running 6 crashed it.
-    assert _cache_counts_across_a_thread_count_change() == [(0, 1), (1, 0), (0, 1)]
+    counts = _cache_counts_in_a_process_whose_kernels_take_torchs_threads(python_subprocess)
+    assert counts == "[(0, 1), (1, 0), (0, 1)]"
 
 
-def test_thread_count_in_the_key_still_needed(monkeypatch):
+def test_a_thread_count_change_that_leaves_the_kernels_count_is_served():
+    kernels = my_device._C._kernel_intra_op_threads()
+    try:
+        torch.set_num_threads(torch.get_num_threads() + 1)
+        changes = my_device._C._kernel_intra_op_threads() != kernels
+    finally:
+        torch.set_num_threads(torch.get_num_threads() - 1)
+    assert _cache_counts_across_a_thread_count_change()[2] == ((0, 1) if changes else (1, 0))
+
+
+def test_kernels_are_written_for_the_kernels_thread_count():
+    # A generated C++ kernel is written for a thread count (a parallel region, one accumulator a thread): mydev's
+    # for that of mydev's kernels, which spares the dispatching host thread a core, the CPU's for torch's.
+    x = torch.randn(4096, 64)
+    parallel = {}
+    for device in ("cpu", DEV):
+        torch._dynamo.reset()
+        with fresh_cache():
+            out, codes = run_and_get_code(torch.compile(lambda t: (t.sin() + 1).sum(0)), x.to(device))
+        torch.testing.assert_close(out.cpu(), (x.sin() + 1).sum(0), rtol=1e-5, atol=1e-3)  # (summed in another order)
+        parallel[device] = "#pragma omp parallel" in "\n".join(codes)
+    torch._dynamo.reset()
+    assert parallel == {"cpu": torch.get_num_threads() > 1, DEV: my_device._C._kernel_intra_op_threads() > 1}
+
+
+def test_thread_count_in_the_key_still_needed(python_subprocess):
     # my_device/inductor/backend.py (CodegenKey.uuid) adds the thread count to the FX graph cache key, which
     # torch does only for graphs with CPU tensors. When this test fails, torch keys mydev graphs too: remove it.
     from torch._inductor.codecache import FxGraphHashDetails
 
-    from my_device.inductor.backend import CodegenKey
-
     assert not FxGraphHashDetails._may_generate_cpu_cpp_code(None, [torch.ones(2, device=DEV)])
-    monkeypatch.setattr(CodegenKey, "uuid", lambda self: CodegenKey._sources_hash())
-    assert _cache_counts_across_a_thread_count_change()[2] == (1, 0)
+    counts = _cache_counts_in_a_process_whose_kernels_take_torchs_threads(python_subprocess, before=(
+        "from my_device.inductor.backend import CodegenKey; "
+        "CodegenKey.uuid = lambda self: CodegenKey._sources_hash()"))
+    assert counts.endswith("(1, 0)]"), counts
 
 
 def test_dynamo_device_interface_workaround_still_needed(python_subprocess):

@@ -1,17 +1,17 @@
 """Registration of mydev with Inductor, and the one Inductor path that needs a
 per-device workaround."""
 
+import contextlib
 import functools
 from pathlib import Path
 
 import torch
 
-from .. import _patches
+from .. import _C, _patches
 from torch._inductor.codegen.common import register_backend_for_device, register_device_op_overrides
 from torch._inductor.custom_graph_pass import CustomGraphModulePass, get_hash_for_files
 from torch._inductor import config
 from torch._inductor.codegen.cpp import CppScheduling
-from torch._inductor.utils import parallel_num_threads
 
 from .cpp_wrapper import MydevCppWrapperCodegen  # noqa: F401  (torch.mydev.CppWrapperCodegen)
 from .device_op_overrides import MydevDeviceOpOverrides
@@ -19,8 +19,26 @@ from .wrapper import MydevPythonWrapperCodegen  # noqa: F401  (torch.mydev.Pytho
 
 
 class MydevScheduling(CppScheduling):
-    """Inductor's C++ scheduling; mydev's kernels differ only in how they are
-    compiled and launched, which the wrapper decides."""
+    """Inductor's C++ scheduling; mydev's kernels differ in how they are compiled and launched, which the
+    wrapper decides, and in the intra-op threads they are written for: those of mydev's kernels
+    (my_device._C._kernel_intra_op_threads, one fewer than the cores when torch's setting asks for them all),
+    as a generated kernel names its OpenMP team's size (`num_threads`) rather than taking the thread's."""
+
+    def codegen_node(self, node):
+        with _kernel_threads():
+            return super().codegen_node(node)
+
+    def codegen_template(self, *args, **kwargs):
+        with _kernel_threads():
+            return super().codegen_template(*args, **kwargs)
+
+
+def _kernel_threads():
+    """config.cpp.threads, which parallel_num_threads() reads first, as mydev's kernels run; unchanged when
+    set, or when kernels read the thread's count at run time (config.cpp.dynamic_threads)."""
+    if config.cpp.threads >= 1 or config.cpp.dynamic_threads:
+        return contextlib.nullcontext()
+    return config.patch({"cpp.threads": _C._kernel_intra_op_threads()})
 
 
 # Inductor's FX wrapper (config.fx_wrapper) is device-generic; registering it
@@ -459,7 +477,7 @@ class CodegenKey(CustomGraphModulePass):
         # 2 threads was served to a process running 6, which wrote past its accumulators and crashed.
         # test_inductor.py::test_thread_count_in_the_key_still_needed fails once torch keys mydev graphs too.
         if config.cpp.threads < 1 and not config.cpp.dynamic_threads:
-            key += b"threads=%d" % parallel_num_threads()
+            key += b"threads=%d" % _C._kernel_intra_op_threads()
         return key
 
     @staticmethod
