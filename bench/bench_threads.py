@@ -10,9 +10,10 @@ Each case of bench_compile.py (a full eager training step) at each thread count 
   cpu after    CPU's step again, taking turns with mydev's (interleaved_samples), as the benchmarks that
                report ratios against CPU measure it.
 Printed: the three times (medians) and mydev / cpu before, mydev / cpu after, cpu after / cpu before.
-On a machine with as many cores as threads, a stream's worker running kernels with every intra-op thread
-shares the cores with the host thread; OpenMP threads of two pools (the host's and the worker's) then
-outnumber the cores, which changes how libgomp waits between parallel regions for both.
+On a machine with as many cores as threads, kernels running with every intra-op thread would share the cores
+with the host thread, which keeps dispatching (OpenMP threads of two pools, the host's and the worker's, would
+outnumber the cores): mydev's kernels take one thread fewer there (MYDEV_KERNEL_THREADS=torch: every thread,
+for the comparison).
 """
 import argparse
 import copy
