@@ -28,9 +28,9 @@ class MydevScheduling(CppScheduling):
         with _kernel_threads():
             return super().codegen_node(node)
 
-    def codegen_template(self, *args, **kwargs):
-        with _kernel_threads():
-            return super().codegen_template(*args, **kwargs)
+    # (Templates, flex attention's and the GEMMs', keep torch's count: theirs is fixed in part when they are
+    # lowered, outside code generation, and a template's per-thread buffers must cover every thread its
+    # parallel_for can run, which is at most the kernel's count.)
 
 
 def _kernel_threads():
