@@ -87,25 +87,42 @@ struct Signature {
   mutable std::atomic<bool> verified{false};
 };
 
+// Two generations of entries: once the recent one is full it becomes the older
+// one (the older is dropped), and an older entry found again moves back. An
+// entry then lasts at least kMaxEntries new signatures after its last use, so
+// a process that has seen many shapes keeps those its loop repeats. Clearing
+// everything when full instead dropped a signature right after its first run,
+// whose next call then ran at the call again.
 class MetaCache {
  public:
   std::shared_ptr<const Signature> find(const std::string& key) const {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(key);
-    return it == map_.end() ? nullptr : it->second;
+    if (auto it = recent_.find(key); it != recent_.end()) return it->second;
+    auto it = older_.find(key);
+    if (it == older_.end()) return nullptr;
+    std::shared_ptr<const Signature> entry = it->second;
+    keep(key, entry);
+    return entry;
   }
   std::shared_ptr<const Signature> insert(const std::string& key, Answer answer) const {
     auto entry = std::make_shared<const Signature>(std::move(answer));
     std::lock_guard<std::mutex> lock(mu_);
-    if (map_.size() >= kMaxEntries) map_.clear();  // shapes that keep changing: start over
-    map_.emplace(key, entry);
+    keep(key, entry);
     return entry;
   }
 
  private:
+  using Map = std::unordered_map<std::string, std::shared_ptr<const Signature>>;
+  void keep(const std::string& key, const std::shared_ptr<const Signature>& entry) const {  // under mu_
+    if (recent_.size() >= kMaxEntries) {
+      older_ = std::move(recent_);
+      recent_ = Map();
+    }
+    recent_.emplace(key, entry);
+  }
   static constexpr size_t kMaxEntries = 512;
   mutable std::mutex mu_;
-  mutable std::unordered_map<std::string, std::shared_ptr<const Signature>> map_;
+  mutable Map recent_, older_;
 };
 
 // Runs `op`'s Meta kernel on `args` (mydev tensors stand in as Meta tensors of
