@@ -485,10 +485,6 @@ def test_small_host_kernels_optimizer_foreach_ops_and_pooling_are_queued():
         torch.testing.assert_close(got.cpu(), want)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "in the full suite's CI order (pytest -n auto --dist loadfile) the second convolution ran at the call in both "
-    "fresh-clone runs since kernels took their thread count at the launch; it passes alone and with its file. "
-    "Cause not found yet: a signature-cache clear was ruled out (the cache keeps two generations now)"))
 def test_convolution_and_its_backward_are_queued_with_errors_at_the_call():
     conv = torch.nn.Conv2d(3, 5, 3, padding=1)
     x = torch.randn(2, 3, 8, 8, requires_grad=True)

@@ -206,7 +206,11 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
   setCurrentDevice(s.device);
   nameWorkerThread(s);
   std::unique_lock<std::mutex> lock(s.mu);
-  bool delayed = false;  // the test delay of the task at the front has been served
+  // The test delay is served once per task: this holds the `completed` count at
+  // which the front task's delay ended. A flag instead outlived its task when a
+  // synchronising host drained the queue during the delay (the delay was set to
+  // 0 first), and the next delayed stream's first task then ran at once.
+  uint64_t delay_served_at = ~uint64_t{0};
   for (;;) {
     if (s.inline_held > 0 && !s.abandoned) {
       // A host thread is running a LaunchHostFuncInline in this stream's order.
@@ -243,10 +247,12 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
       if (s.room_waiters) s.room_cv.notify_all();
       continue;
     }
-    if (unsigned delay = delayed ? 0 : s.delay_us.load(std::memory_order_relaxed)) {
-      // Test hook. Interruptible by process exit, which drops the queue.
+    const uint64_t front = s.completed.load(std::memory_order_relaxed);
+    if (unsigned delay = delay_served_at == front ? 0 : s.delay_us.load(std::memory_order_relaxed)) {
+      // Test hook. Interruptible by process exit, which drops the queue. Served
+      // only if the same task is still at the front (no host ran it meanwhile).
       s.work_cv.wait_for(lock, std::chrono::microseconds(delay), [&] { return s.abandoned; });
-      delayed = true;
+      if (s.completed.load(std::memory_order_relaxed) == front) delay_served_at = front;
       continue;  // the wait released the lock: check the stream again (it may be held now)
     }
     // After the delay (which stands for the task's device time), so that a
@@ -266,7 +272,6 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
       s.work_cv.wait(lock, [&] { return s.abandoned; });
       continue;
     }
-    delayed = false;
     runFront(s, lock, /*on_worker=*/true);
   }
   s.worker_exited = true;

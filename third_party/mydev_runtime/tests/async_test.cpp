@@ -99,6 +99,32 @@ void testFifoOrder() {
   CHECK_OK(mydevStreamDestroy(s));
 }
 
+// The test delay holds back each task: one drained by a synchronising host
+// while the worker waited out its delay does not count as served for the
+// next task, which may come after the wait ended.
+void testDelayHoldsBackEachTask() {
+  if (launchBlocking()) return;  // (every launch waits out the delay at the call)
+  mydevStream_t s = newStream();
+  std::atomic<int> flag{0};
+  CHECK_OK(mydevTestSetStreamDelay(s, kDelayUs));
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+  std::this_thread::sleep_for(std::chrono::microseconds(kDelayUs / 3));  // the worker is waiting out the first's
+  CHECK_OK(mydevTestSetStreamDelay(s, 0));
+  CHECK_OK(mydevStreamSynchronize(s));  // drains both meanwhile
+  CHECK(flag.load() == 2);
+  std::this_thread::sleep_for(std::chrono::microseconds(2 * kDelayUs));  // its wait has ended
+  CHECK_OK(mydevTestSetStreamDelay(s, 4 * kDelayUs));
+  CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+  std::this_thread::sleep_for(std::chrono::microseconds(kDelayUs));
+  CHECK(flag.load() == 2);
+  CHECK_ERR(mydevStreamQuery(s), mydevErrorNotReady);
+  CHECK_OK(mydevStreamSynchronize(s));
+  CHECK(flag.load() == 3);
+  CHECK_OK(mydevTestSetStreamDelay(s, 0));
+  CHECK_OK(mydevStreamDestroy(s));
+}
+
 struct ProducerConsumer {
   std::atomic<int> produced{0};
   std::atomic<int> observed{-1};

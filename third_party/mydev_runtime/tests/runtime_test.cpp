@@ -94,6 +94,7 @@ int runAll() {
   testEvents();
   testLaunchIsAsynchronous();
   testFifoOrder();
+  testDelayHoldsBackEachTask();
   testEventsOrderStreams();
   testEventTimingAroundDelayedWork();
   testStickyErrorAndLabel();

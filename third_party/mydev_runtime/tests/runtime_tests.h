@@ -34,6 +34,7 @@ void testEvents();
 void testLaunchIsAsynchronous();
 int fifoKernel(void* ud);
 void testFifoOrder();
+void testDelayHoldsBackEachTask();
 void testEventsOrderStreams();
 void testEventTimingAroundDelayedWork();
 void testStickyErrorAndLabel();
