@@ -267,6 +267,7 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   EventMarker* record = task.kind == Task::Kind::kEventRecord ? task.marker.get() : nullptr;
   s.queue.push_back(std::move(task));
   s.enqueued.store(s.enqueued.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  s.pushed.store(s.pushed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   if (record) {
     std::lock_guard<std::mutex> marker(record->mu);  // (lock order: stream, then marker)
     record->stream = sp;
@@ -275,6 +276,7 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   updateRunnable(s);
   const bool wake = s.worker_sleeping;
   s.worker_sleeping = false;  // one notify is enough
+  s.worker_wakes += wake;
   if (!blocking) {
     lock.unlock();
     if (wake) s.work_cv.notify_one();
@@ -435,9 +437,11 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
       gate.kind = Task::Kind::kInlineGate;
       gate.waiter = &reached;
       s.queue.push_back(std::move(gate));
+      s.pushed.store(s.pushed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
       updateRunnable(s);
       const bool wake = s.worker_sleeping;
       s.worker_sleeping = false;
+      s.worker_wakes += wake;
       if (wake) s.work_cv.notify_one();
       // Not counted in s.waiters: the worker notifies when it reaches the gate
       // (or process exit drops it), so the tasks before it wake no one.
@@ -758,6 +762,18 @@ mydevError_t mydevTestSetStreamDelay(mydevStream_t stream, unsigned microseconds
   std::shared_ptr<S> s;
   if (mydevError_t e = resolveStream(stream, &s)) return e;
   s->delay_us.store(microseconds, std::memory_order_relaxed);
+  return mydevSuccess;
+}
+
+// TEST ONLY, for the runtime's own tests (declared in tests/helpers.h, not in
+// a public header): how many launches onto the stream had to wake its worker.
+MYDEV_API mydevError_t mydevTestGetStreamWorkerWakes(mydevStream_t stream, unsigned long long* wakes) {
+  if (wakes == nullptr) return mydevErrorInvalidValue;
+  if (mydevError_t e = ensureInitialized()) return e;
+  std::shared_ptr<S> s;
+  if (mydevError_t e = resolveStream(stream, &s)) return e;
+  std::lock_guard<std::mutex> lock(s->mu);
+  *wakes = s->worker_wakes;
   return mydevSuccess;
 }
 

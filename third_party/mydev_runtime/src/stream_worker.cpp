@@ -221,9 +221,12 @@ void workerLoop(std::shared_ptr<S> keep_alive) {
     }
     if (s.queue.empty()) {
       if (s.stopping) break;
-      const uint64_t seen = s.completed.load(std::memory_order_relaxed);
+      // (On `pushed`, not `enqueued`: a short kernel a host runs at the call
+      // counts in `enqueued`, and ended the spin, so the worker slept through
+      // decoding's gaps and nearly every queued launch paid a futex wake.)
+      const uint64_t seen = s.pushed.load(std::memory_order_relaxed);
       lock.unlock();
-      spinUntil([&] { return s.enqueued.load(std::memory_order_acquire) != seen; }, kWorkerSpinNs);
+      spinUntil([&] { return s.pushed.load(std::memory_order_acquire) != seen; }, kWorkerSpinNs);
       lock.lock();
       while (s.queue.empty() && !s.stopping) {
         s.worker_sleeping = true;

@@ -429,6 +429,42 @@ void testShortTasks() {
   CHECK_OK(mydevStreamDestroy(s));
 }
 
+// An idle worker spins a while before it sleeps, so that a host launching
+// every few microseconds does not pay a wake-up each time. Short kernels a host
+// runs at the call on the idle stream meanwhile give the worker nothing to do:
+// its spin goes on, and the next queued launch finds it awake. (They used to
+// end the spin, and the worker slept through every such gap.)
+void testShortTasksAtTheCallKeepTheWorkerSpinning() {
+  if (launchBlocking()) return;
+  mydevStream_t s = newStream();
+  std::atomic<int> flag{0};
+  bool awake_every_time = false;
+  // Each try must fit in the worker's spin; a try the machine descheduled
+  // for that long may wake it, so one clean try of five is enough.
+  for (int attempt = 0; attempt < 5 && !awake_every_time; ++attempt) {
+    CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+    CHECK_OK(mydevStreamSynchronize(s));
+    unsigned long long before = 0, after = 0;
+    CHECK_OK(mydevTestGetStreamWorkerWakes(s, &before));
+    for (int i = 0; i < 4; ++i) {
+      // (The pauses, well inside the spin, let the worker start spinning, and
+      // then notice the short task if it would.)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      ShortProbe here;
+      CHECK_OK(mydevLaunchHostFuncEx(s, shortProbeKernel, &here, "short", mydevLaunchShortTask));
+      CHECK(here.thread == std::this_thread::get_id());
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      CHECK_OK(mydevLaunchHostFunc(s, setFlagKernel, &flag));
+      CHECK_OK(mydevStreamSynchronize(s));
+    }
+    CHECK_OK(mydevTestGetStreamWorkerWakes(s, &after));
+    awake_every_time = after == before;
+  }
+  CHECK(awake_every_time);
+  CHECK_ERR(mydevTestGetStreamWorkerWakes(s, nullptr), mydevErrorInvalidValue);
+  CHECK_OK(mydevStreamDestroy(s));
+}
+
 // A host thread waiting for a stream runs its queued work itself once the
 // task the worker is running ends: in order, on the stream's device, "in" the
 // stream, with failures reported as the worker's are.

@@ -6,6 +6,10 @@
 #include "mydev_emulator.h"
 #include "mydev_activity.h"
 #include "check.h"
+
+// The runtime's test hook for its own tests (src/stream.cpp): how many launches
+// onto the stream so far had to wake its worker from sleep.
+extern "C" MYDEV_API mydevError_t mydevTestGetStreamWorkerWakes(mydevStream_t stream, unsigned long long* wakes);
 #include <errno.h>
 #include <signal.h>
 #include <sys/mman.h>

@@ -95,6 +95,7 @@ int runAll() {
   testLaunchIsAsynchronous();
   testFifoOrder();
   testDelayHoldsBackEachTask();
+  testShortTasksAtTheCallKeepTheWorkerSpinning();
   testEventsOrderStreams();
   testEventTimingAroundDelayedWork();
   testStickyErrorAndLabel();

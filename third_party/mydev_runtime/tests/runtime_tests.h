@@ -35,6 +35,7 @@ void testLaunchIsAsynchronous();
 int fifoKernel(void* ud);
 void testFifoOrder();
 void testDelayHoldsBackEachTask();
+void testShortTasksAtTheCallKeepTheWorkerSpinning();
 void testEventsOrderStreams();
 void testEventTimingAroundDelayedWork();
 void testStickyErrorAndLabel();
