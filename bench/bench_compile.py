@@ -26,6 +26,9 @@ tiny step with backend="mydev" <= 0.5x eager mydev and <= 1.0x eager CPU; each c
 CPU's with at::vec's generic path) and its use by `torch.where`; `cat([a.relu(), b.sigmoid()], 1) * 2` on
 (256, 1000) inputs and `pad(x.relu(), (0, 3)) + 1` on (512, 509), whose lowering torch picks by device type.
 
+--program-profile prints, instead, each --cases step's programs under backend="mydev" with each program step's
+mean time (program.set_profiling): which steps of the compiled step cost what.
+
 --floor adds the floor of torch.compile's own per-step cost on the tiny step, whatever the backend:
 the step compiled (forward+backward, then the optimizer step too) with an aot_autograd backend whose
 compiled graphs cost nothing (each returns the outputs of its first run), against eager CPU and
@@ -262,6 +265,32 @@ def _compile_time(backend, device):
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def _program_profiles(cases, steps=30):
+    """Each case's step compiled with backend="mydev": the programs' own step profile (program.set_profiling),
+    the mean time per step of each program, after 5 warm-up steps."""
+    from my_device.compiler import dynamo
+
+    for name in cases:
+        torch._dynamo.reset()
+        model, x, target, opt_cls = build_case(CASES[name][0])
+        model = model.to("mydev")
+        x = x.to("mydev")
+        target = target.to("mydev") if target is not None else None
+        step = _step_fn(model, opt_cls(model.parameters(), lr=1e-3), x, target, "mydev", False)
+        dynamo._compiled.clear()
+        for _ in range(5):
+            step()
+        graphs = [g for g in dynamo._compiled if g.lowered is not None]
+        for g in graphs:
+            g.lowered.program.set_profiling(True)
+        for _ in range(steps):
+            step()
+        torch.mydev.synchronize()
+        for g in graphs:
+            print(f"== {name}: {g.name}")
+            print("\n".join(line for line in g.dump().splitlines() if line.startswith(("step ", "# "))), flush=True)
+
+
 def main():
     def extra(p):
         p.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
@@ -270,8 +299,13 @@ def main():
                        help="also single compiled kernels: bool-mask store and load, cat, pad")
         p.add_argument("--first-compile-only", action="store_true",
                        help="only the first-call compile times (fresh processes, empty caches)")
+        p.add_argument("--program-profile", action="store_true",
+                       help="only the backend=\"mydev\" programs' step profiles of --cases (program.set_profiling)")
 
     args = parse_args(__doc__, repeat=7, extra=extra)
+    if args.program_profile:
+        _program_profiles([c for c in args.cases.split(",") if c])
+        return
     cases = [] if args.first_compile_only else [c for c in args.cases.split(",") if c]  # --cases "": none
     for name in cases:
         build, inner = CASES[name]
