@@ -1,6 +1,7 @@
 """Small behaviours a CPU or CUDA user relies on: error types and messages, settings
 that change what kernels produce (deterministic mode, the default dtype), and the
 torch.cuda-style names (storage classes), each checked against the CPU."""
+import re
 import subprocess
 import sys
 import warnings
@@ -168,6 +169,23 @@ def test_an_invalid_fallback_setting_is_reported_at_load():
 ], ids=["uint16*2", "uint8+1000", "int8*300"])
 def test_integer_arithmetic_with_python_numbers_matches_cpu(fn):
     assert torch.equal(fn("mydev").cpu(), fn("cpu"))
+
+
+@pytest.mark.parametrize("number", [0.5, -3, 2 + 1j, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.complex64, torch.bfloat16])
+def test_arithmetic_with_each_kind_of_python_number_matches_cpu(dtype, number):
+    # A Python number reaches the op as a wrapped 0-dim CPU tensor, which mydev converts to the tensor's dtype
+    # first where the CPU's loop would: sub's refusal of a bool must still come.
+    x = (torch.arange(6) - 2).to(dtype)
+    for op in (torch.mul, torch.add, torch.sub, lambda a, n: n - a):
+        try:
+            want = op(x, number)
+        except RuntimeError as e:
+            with pytest.raises(RuntimeError, match=re.escape(str(e).splitlines()[0][:40])):
+                op(x.to("mydev"), number)
+            continue
+        got = op(x.to("mydev"), number).cpu()
+        assert got.dtype == want.dtype and torch.equal(got, want), (op, got, want)
 
 
 @pytest.mark.parametrize("dst,src", [((8, 0), (3, 0)), ((0,), (3, 0)), ((3, 0), (2, 3, 0)), ((3, 0), (1, 0))])

@@ -38,6 +38,24 @@ const bool g_stubs_mirrored = [] {
   return true;
 }();
 
+// A wrapped number's value, read from its CPU memory: aten::item would
+// dispatch (1-2 us, for every `tensor * python_number` a decoding step or an
+// optimizer makes). Wrapped numbers are double, int64, bool or complex double.
+at::Scalar wrapped_value(const at::Tensor& number) {
+  switch (number.scalar_type()) {
+    case at::kDouble:
+      return *number.const_data_ptr<double>();
+    case at::kLong:
+      return *number.const_data_ptr<int64_t>();
+    case at::kBool:
+      return *number.const_data_ptr<bool>();
+    case at::kComplexDouble:
+      return *number.const_data_ptr<c10::complex<double>>();
+    default:
+      return number.item();
+  }
+}
+
 // Whether a wrapped integer number keeps its value in integral `type`. The CPU
 // iterator casts one that does not, wrapping around (uint8 + 1000), where a
 // Scalar conversion would raise; so such a number is left to that cast.
@@ -45,7 +63,7 @@ bool fits_exactly(const at::Tensor& number, at::ScalarType type) {
   if (!at::isIntegralType(type, /*includeBool=*/false) || !at::isIntegralType(number.scalar_type(), false)) {
     return true;
   }
-  const int64_t v = number.item<int64_t>();
+  const int64_t v = wrapped_value(number).toLong();
   bool fits = true;
   AT_DISPATCH_INTEGRAL_TYPES(type, "fits_exactly", [&] { fits = !c10::overflows<scalar_t, int64_t>(v); });
   return fits;
@@ -61,8 +79,9 @@ c10::MaybeOwned<at::Tensor> match_wrapped_scalar(const at::Tensor& self, const a
   if (other.dim() != 0 || !other.unsafeGetTensorImpl()->is_wrapped_number() || other.is_same(self)) {
     return c10::MaybeOwned<at::Tensor>::borrowed(other);
   }
+  // (A bool stays: sub's check rejects it by its dtype, which converting would hide.)
   const auto common = at::result_type(self, other);
-  if (common != self.scalar_type() || other.scalar_type() == common) {
+  if (common != self.scalar_type() || other.scalar_type() == common || other.scalar_type() == at::kBool) {
     return c10::MaybeOwned<at::Tensor>::borrowed(other);
   }
   // Half and bfloat16 loops compute in float and read the number as a float:
@@ -72,7 +91,7 @@ c10::MaybeOwned<at::Tensor> match_wrapped_scalar(const at::Tensor& self, const a
   if (c10::isBarebonesUnsignedType(common) || at::toOpMathType(common) != common || !fits_exactly(other, common)) {
     return c10::MaybeOwned<at::Tensor>::borrowed(other);
   }
-  at::Tensor converted = at::detail::scalar_tensor_static(other.item(), common, at::kCPU);
+  at::Tensor converted = at::detail::scalar_tensor_static(wrapped_value(other), common, at::kCPU);
   converted.unsafeGetTensorImpl()->set_wrapped_number(true);
   return c10::MaybeOwned<at::Tensor>::owned(std::move(converted));
 }
