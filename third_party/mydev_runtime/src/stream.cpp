@@ -233,6 +233,22 @@ __attribute__((noinline)) bool waitForRoom(S& s, std::unique_lock<std::mutex>& l
 mydevError_t runSynchronously(const std::shared_ptr<S>& sp, mydevHostFn_t fn, void* user_data, const char* label,
                               mydevActivityKind kind, size_t bytes);
 
+// Puts an entry on s's queue, counted in `pushed` (what an idle worker spins
+// on). Caller holds s.mu.
+void pushEntry(S& s, Task&& entry) {
+  s.queue.push_back(std::move(entry));
+  s.pushed.store(s.pushed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+// Whether the caller, having queued work, must wake the worker (it sleeps):
+// one notify is enough, so the next caller need not. Caller holds s.mu.
+bool takeWorkerWake(S& s) {
+  const bool wake = s.worker_sleeping;
+  s.worker_sleeping = false;
+  s.worker_wakes += wake;
+  return wake;
+}
+
 mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
   S& s = *sp;
   if (__builtin_expect(s.capture_id.load(std::memory_order_relaxed) != 0, 0)) return captureTask(sp, std::move(task));
@@ -265,18 +281,15 @@ mydevError_t submitToStream(const std::shared_ptr<S>& sp, Task&& task) {
     return runInline(s, task);
   }
   EventMarker* record = task.kind == Task::Kind::kEventRecord ? task.marker.get() : nullptr;
-  s.queue.push_back(std::move(task));
+  pushEntry(s, std::move(task));
   s.enqueued.store(s.enqueued.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  s.pushed.store(s.pushed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   if (record) {
     std::lock_guard<std::mutex> marker(record->mu);  // (lock order: stream, then marker)
     record->stream = sp;
     record->position = s.enqueued.load(std::memory_order_relaxed);
   }
   updateRunnable(s);
-  const bool wake = s.worker_sleeping;
-  s.worker_sleeping = false;  // one notify is enough
-  s.worker_wakes += wake;
+  const bool wake = takeWorkerWake(s);
   if (!blocking) {
     lock.unlock();
     if (wake) s.work_cv.notify_one();
@@ -436,12 +449,9 @@ mydevError_t runInStreamOrder(const std::shared_ptr<S>& sp, mydevHostFn_t fn, vo
       Task gate;
       gate.kind = Task::Kind::kInlineGate;
       gate.waiter = &reached;
-      s.queue.push_back(std::move(gate));
-      s.pushed.store(s.pushed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+      pushEntry(s, std::move(gate));
       updateRunnable(s);
-      const bool wake = s.worker_sleeping;
-      s.worker_sleeping = false;
-      s.worker_wakes += wake;
+      const bool wake = takeWorkerWake(s);
       if (wake) s.work_cv.notify_one();
       // Not counted in s.waiters: the worker notifies when it reaches the gate
       // (or process exit drops it), so the tasks before it wake no one.

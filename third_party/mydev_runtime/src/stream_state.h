@@ -152,7 +152,9 @@ constexpr int kGreatestPriority = -1;
 // launch that wakes a sleeping worker pays a futex wake, which took the host
 // 10-20 us on the 2-vCPU machines (its target core idle). With 50 us, greedy
 // decoding woke the worker about 150 times a call of generate (20 tokens);
-// with 1 ms, a fifth as many syscalls in all, and the call 5-10% faster.
+// with 1 ms, a fifth as many syscalls in all, and the call 5-10% faster. The
+// price: two busy processes sharing two cores lose about 15% to each other's
+// spinning workers, yielding or not (bench/RESULTS.md, Decoding).
 constexpr int64_t kWorkerSpinNs = 1000000;
 // How long a synchroniser spins before blocking.
 constexpr int64_t kSyncSpinNs = 20000;
