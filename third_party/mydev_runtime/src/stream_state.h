@@ -153,8 +153,10 @@ constexpr int kGreatestPriority = -1;
 // 10-20 us on the 2-vCPU machines (its target core idle). With 50 us, greedy
 // decoding woke the worker about 150 times a call of generate (20 tokens);
 // with 1 ms, a fifth as many syscalls in all, and the call 5-10% faster. The
-// price: two busy processes sharing two cores lose about 15% to each other's
-// spinning workers, yielding or not (bench/RESULTS.md, Decoding).
+// price is a core kept busy up to 1 ms after a burst. Napping through most of
+// that time instead (short sleeps, a host draining a napping worker's queue)
+// changed neither decoding nor the test suite on two processes sharing two
+// cores (bench/RESULTS.md, Decoding).
 constexpr int64_t kWorkerSpinNs = 1000000;
 // How long a synchroniser spins before blocking.
 constexpr int64_t kSyncSpinNs = 20000;
