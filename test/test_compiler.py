@@ -420,6 +420,41 @@ output %1 %3
     torch.testing.assert_close(squared.cpu(), x * x, rtol=0, atol=0)
 
 
+def gradients_equal_eager(net, x, rtol=1e-4, atol=1e-5):
+    """Three training steps of `net` beside a copy compiled with backend="mydev": the gradients agree; returns
+    the last two programs' dumps."""
+    twin = copy.deepcopy(net)
+    compiled = torch.compile(twin, backend="mydev")
+    for _ in range(3):
+        for m in (net, compiled):
+            m.zero_grad()
+            m(x).square().mean().backward()
+    for p, q in zip(net.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=rtol, atol=atol)
+    return mc.dump(2)
+
+
+def test_dropout_clones_and_split_bias_adds_leave_the_forward():
+    """Training-mode dropout with p=0 traces as a clone, and a linear layer over a batch of sequences as a
+    product and a separate bias add: the forward program copies no activation and makes each product one
+    addmm, and training still equals eager's. A clone returned to the caller stays a copy of its own."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.0), nn.Linear(32, 8)).to(DEV)
+    dumps = gradients_equal_eager(net, torch.randn(4, 5, 16, device=DEV), rtol=1e-5, atol=1e-6)
+    forward = next(d for d in dumps.split("program ")[1:] if d.startswith("mydev_forward"))
+    assert "aten::clone" not in forward and forward.count("aten::addmm(") == 2, forward
+    assert "aten::mm(" not in forward and "aten::add.Tensor" not in forward, forward
+
+    def twice(a):
+        return (a * 2).clone(), a.clone()
+
+    a = torch.randn(6, device=DEV)
+    doubled, copied = torch.compile(twice, backend="mydev")(a)
+    copied.add_(1)
+    torch.testing.assert_close(a.cpu() + 1, copied.cpu())
+    torch.testing.assert_close(doubled.cpu(), a.cpu() * 2)
+
+
 def test_memory_plan_reuses_dead_intermediates():
     # a chain of matrix products: each intermediate dies after the next product.
     lines = ["program chain", "input %0 : Float[32,32]{32,1}+0"]
@@ -544,17 +579,7 @@ def test_independent_steps_share_the_compute_units(python_subprocess):
             assert "gather_beside: aten::gather (line 5)" in str(e) and "out of bounds" in str(e), e
         assert all(o.cpu().eq(0).all() for o in outs), outs
         assert v.tolist() == [0.0, 1.0, 2.0, 3.0]
-        def gradients_equal_eager(net, x):
-            # 3 steps of net compiled beside net itself; the compiled programs' dumps
-            twin = copy.deepcopy(net)
-            compiled = torch.compile(twin, backend="mydev")
-            for _ in range(3):
-                for m in (net, compiled):
-                    m.zero_grad()
-                    m(x).square().mean().backward()
-            for p, q in zip(net.parameters(), twin.parameters()):
-                torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
-            return mc.dump(2)
+        from test_compiler import gradients_equal_eager
         torch.manual_seed(0)
         # a pooling in parts by samples, a convolution's backward as two calls
         dumps = gradients_equal_eager(torch.nn.Sequential(

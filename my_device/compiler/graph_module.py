@@ -350,6 +350,124 @@ def fresh_eval_batch_norm_statistics(gm):
     return _rebuilt(gm, changed)
 
 
+_CLONE = torch.ops.aten.clone.default
+_MM = torch.ops.aten.mm.default
+_VIEW = torch.ops.aten.view.default
+
+
+def _returns_alias(node):
+    """Whether `node`'s result may share its first argument's memory (a view op, an in-place op)."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return node.op == "call_function" and node.target is operator.getitem
+    returns = node.target._schema.returns
+    return any(r.alias_info is not None for r in returns)
+
+
+def _alias_root(node):
+    """The node whose memory `node` reads: through views back to what made the memory."""
+    while _returns_alias(node) and node.args and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    return node
+
+
+def _returned_only_as_saved(node):
+    """Whether every way the graph returns `node` or a view of it is as a tensor aot_autograd saves for the
+    backward (which only reads it), not as a result its caller may change."""
+    stack, seen = [node], set()
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        for u in x.users:
+            if u.op == "output":
+                descs = u.meta.get("desc")
+                outputs = u.args[0] if isinstance(u.args[0], (list, tuple)) else [u.args[0]]
+                if descs is None or len(descs) != len(outputs):
+                    return False
+                if any(o is x and type(d).__name__ != "SavedForBackwardsAOTOutput" for o, d in zip(outputs, descs)):
+                    return False
+            elif _returns_alias(u):
+                stack.append(u)
+    return True
+
+
+def elide_layout_preserving_clones(gm):
+    """Replaces a `clone` whose result has its input's layout, and that the graph neither returns nor
+    mutates, with its input.
+
+    In a functional graph a clone that is only read is a copy nobody can tell from its source:
+    training-mode dropout with p=0 traces as one, and nn.TransformerEncoderLayer(dropout=0.0) has three
+    in its forward, each a pass over an activation. Returned, the two may share memory only as tensors
+    saved for the backward, of memory the graph made: a result its caller may change in place, or a
+    graph input, must stay apart from a saved tensor. A graph that mutates keeps every clone.
+    """
+    nodes = list(gm.graph.nodes)
+    if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+           for n in nodes):
+        return gm
+    changed = False
+    for node in nodes:
+        if node.op != "call_function" or node.target is not _CLONE or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        src, val = node.args[0].meta.get("val"), node.meta.get("val")
+        if (not isinstance(src, torch.Tensor) or not isinstance(val, torch.Tensor) or src.dtype != val.dtype
+                or src.shape != val.shape or src.stride() != val.stride()
+                or not torch._prims_common.is_non_overlapping_and_dense_or_false(src)):
+            continue
+        root = _alias_root(node.args[0])
+        if root.op == "placeholder" or not (_returned_only_as_saved(node) and _returned_only_as_saved(root)):
+            continue
+        node.replace_all_uses_with(node.args[0])
+        gm.graph.erase_node(node)
+        changed = True
+    return _rebuilt(gm, changed)
+
+
+def fold_bias_into_products(gm):
+    """Rewrites `add(view(mm(a, b)), bias)` (and `add(mm(a, b), bias)`), bias one value per column, as
+    `view(addmm(bias, a, b))`.
+
+    Decomposing `linear` over a batch of sequences leaves the product and its bias apart: a product and
+    then a pass over its result, where the CPU's eager `linear` makes one `addmm` call that starts from
+    the bias. Only where nothing else reads the product or its view.
+    """
+    changed = False
+    for node in list(gm.graph.nodes):
+        if (node.op != "call_function" or node.target is not _ADD or len(node.args) != 2
+                or node.kwargs.get("alpha", 1) != 1):
+            continue
+        x, bias = node.args
+        if not isinstance(x, torch.fx.Node) or not isinstance(bias, torch.fx.Node) or len(x.users) != 1:
+            continue
+        view = None
+        if x.op == "call_function" and x.target is _VIEW and isinstance(x.args[0], torch.fx.Node):
+            view, x = x, x.args[0]
+            if len(x.users) != 1:
+                continue
+        if x.op != "call_function" or x.target is not _MM:
+            continue
+        prod, b, out = x.meta.get("val"), bias.meta.get("val"), node.meta.get("val")
+        if (not isinstance(prod, torch.Tensor) or not isinstance(b, torch.Tensor) or not isinstance(out, torch.Tensor)
+                or b.dim() != 1 or b.shape[0] != prod.shape[1] or b.dtype != prod.dtype or out.dtype != prod.dtype
+                or (view is None and out.shape != prod.shape)):
+            continue
+        with gm.graph.inserting_before(node):
+            fused = gm.graph.call_function(torch.ops.aten.addmm.default, (bias, *x.args))
+            fused.meta["val"] = torch.ops.aten.addmm.default(b, *(a.meta["val"] for a in x.args))
+            result = fused
+            if view is not None:
+                result = gm.graph.call_function(_VIEW, (fused, view.args[1]))
+                result.meta["val"] = _VIEW(fused.meta["val"], view.args[1])
+        node.replace_all_uses_with(result)
+        gm.graph.erase_node(node)
+        if view is not None:
+            gm.graph.erase_node(view)
+        gm.graph.erase_node(x)
+        changed = True
+    return _rebuilt(gm, changed)
+
+
 class CompiledGraph:
     """The boxed callable for one FX graph (aot_autograd's forward, backward or inference graph)."""
 
@@ -365,8 +483,8 @@ class CompiledGraph:
             split = split_host_prologue(gm)
             if split is not None:
                 self.prologue, gm = split
-            gm = cluster_pointwise_chains(stack_select_backward_sums(
-                fold_scalar_fills(fresh_eval_batch_norm_statistics(gm))))
+            gm = cluster_pointwise_chains(fold_bias_into_products(elide_layout_preserving_clones(
+                stack_select_backward_sums(fold_scalar_fills(fresh_eval_batch_norm_statistics(gm))))))
             self.lowered = self._lower(gm)
             if self.lowered is None:
                 self.prologue = None  # the whole original graph runs eagerly
