@@ -455,6 +455,34 @@ def test_dropout_clones_and_split_bias_adds_leave_the_forward():
     torch.testing.assert_close(doubled.cpu(), a.cpu() * 2)
 
 
+def test_chains_of_copies_and_views_become_one_pass():
+    """Clones, views and a cat that only rearrange their sources become one strided read of each source and
+    one copy, where each source's share is a strided view of it (nn.MultiheadAttention's backward moves its
+    three gradients through four copies); a rearrangement no strided view gives keeps its copies. Values as
+    eager's, bit for bit."""
+    def stacked(a, b):
+        return torch.cat([a.transpose(0, 1).contiguous().unsqueeze(0), b.transpose(0, 1).contiguous().unsqueeze(0)]) * 2
+
+    def merged(a, b):  # rows of a (2, 4, 3) as (4, 6): its dims 0 and 2 merged, no stride gives that
+        return torch.cat([a.permute(1, 0, 2).contiguous().view(4, 6), b.permute(1, 0, 2).contiguous().view(4, 6)]) * 2
+
+    for fn, shape, copies in ((stacked, (5, 7), 1), (merged, (2, 4, 3), 3)):
+        torch._dynamo.reset()
+        a, b = torch.randn(shape), torch.randn(shape)
+        with torch.no_grad():
+            out = torch.compile(fn, backend="mydev")(a.to(DEV), b.to(DEV))
+        torch.testing.assert_close(out.cpu(), fn(a, b), rtol=0, atol=0)
+        dump = mc.dump(1)
+        steps = [line for line in dump.splitlines() if line.startswith("step")]
+        assert sum("clone" in line or "aten::cat" in line for line in steps) == copies, dump
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).to(DEV)
+    dumps = gradients_equal_eager(layer, torch.randn(4, 8, 32, device=DEV))
+    backward = next(d for d in dumps.split("program ")[1:] if d.startswith("mydev_backward"))
+    assert backward.count("aten::as_strided(") == 3 and backward.count("aten::cat(") == 1, backward
+    assert sum(line.startswith("step") and "clone" in line for line in backward.splitlines()) == 1, backward
+
+
 def test_memory_plan_reuses_dead_intermediates():
     # a chain of matrix products: each intermediate dies after the next product.
     lines = ["program chain", "input %0 : Float[32,32]{32,1}+0"]

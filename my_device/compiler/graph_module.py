@@ -11,7 +11,7 @@ import operator
 import warnings
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from .. import _C
@@ -468,6 +468,138 @@ def fold_bias_into_products(gm):
     return _rebuilt(gm, changed)
 
 
+_aten = torch.ops.aten
+# Ops each of whose result elements is one element of an argument, moved: chains of them are data movement.
+_MOVES = {_aten.clone.default, _aten.view.default, _aten._unsafe_view.default, _aten.permute.default,
+          _aten.transpose.int, _aten.t.default, _aten.unsqueeze.default, _aten.squeeze.dim, _aten.squeeze.dims,
+          _aten.squeeze.default, _aten.cat.default, _aten.alias.default, _aten.select.int, _aten.slice.Tensor}
+_COPIES = {_aten.clone.default, _aten.cat.default}
+
+
+def _affine(offsets):
+    """(offset, strides) with offsets[i] == offset + sum(i_d * strides[d]) everywhere, else None."""
+    origin = int(offsets.flatten()[0])
+    strides = []
+    for d, size in enumerate(offsets.shape):
+        strides.append(int(offsets.select(d, 1).flatten()[0]) - origin if size > 1 else 0)
+    if any(st < 0 for st in strides):
+        return None
+    expected = torch.arange(origin + 1 + sum((n - 1) * st for n, st in zip(offsets.shape, strides)))
+    if not torch.equal(expected.as_strided(offsets.shape, strides, origin), offsets):
+        return None
+    return origin, strides
+
+
+def _moved_from(sources, nodes, last):
+    """Where each element of `last`'s result comes from, `nodes` (data movement only) run on the memory
+    offsets of `sources`: (source index, offset) tensors of the result's shape."""
+    extent = [s.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(s.shape, s.stride())) for s in sources.values()]
+    big = max(extent)
+    env = {}
+    for j, (node, s) in enumerate(sources.items()):
+        env[node] = torch.arange(extent[j]).as_strided(s.shape, s.stride(), s.storage_offset()) + j * big
+    for n in nodes:
+        args = torch.fx.map_arg(n.args, lambda a: env[a])
+        kwargs = torch.fx.map_arg(n.kwargs, lambda a: env[a])
+        env[n] = n.target(*args, **kwargs)
+    return env[last] // big, env[last] % big
+
+
+def collapse_data_movement(gm):
+    """Rewrites a chain of copies and views (clones, reshapes, permutes, a cat) that only rearranges its
+    sources' elements as one pass: each source read through one strided view, and one clone or cat.
+
+    The backward of nn.MultiheadAttention's packed projection moves each of attention's three gradients
+    through two contiguous clones, a cat and a last clone before the weight's gradient reads them: four
+    passes over the activations where one does. Runs the chain on the sources' memory offsets to find
+    where each result element comes from; only where each source's share is one strided view of it.
+    """
+    nodes = list(gm.graph.nodes)
+    if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+           for n in nodes):
+        return gm
+    changed = False
+    for last in reversed(nodes):
+        if getattr(last, "_erased", False) or last.op != "call_function" or last.target not in _COPIES:
+            continue
+        val = last.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.numel() == 0:
+            continue
+        chain, sources, stack = {last}, {}, [last]
+        while stack:
+            for a in stack.pop().all_input_nodes:
+                if a in chain or a in sources:
+                    continue
+                if a.op == "call_function" and a.target in _MOVES and all(u in chain for u in a.users):
+                    chain.add(a)
+                    stack.append(a)
+                elif isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].dtype == val.dtype:
+                    sources[a] = a.meta["val"]
+                else:
+                    sources = None
+                    break
+            if sources is None:
+                break
+        if sources is None or sum(n.target in _COPIES for n in chain) < 2:
+            continue
+        ordered = [n for n in nodes if n in chain]
+        with unset_fake_temporarily():  # the offsets are real tensors, whatever mode the compiler runs under
+            pieces = _pieces(*_moved_from(sources, ordered, last))
+        if pieces is None:
+            continue
+        inputs = list(sources)
+        with gm.graph.inserting_before(last):
+            views = []
+            for j, shape, strides, origin in pieces:
+                view = gm.graph.call_function(_aten.as_strided.default, (inputs[j], shape, strides, origin))
+                view.meta["val"] = _aten.as_strided.default(sources[inputs[j]], shape, strides, origin)
+                views.append(view)
+            if len(views) == 1:
+                result = gm.graph.call_function(_CLONE, (views[0],), {"memory_format": torch.contiguous_format})
+                result.meta["val"] = _CLONE(views[0].meta["val"], memory_format=torch.contiguous_format)
+            else:
+                result = gm.graph.call_function(_aten.cat.default, ([v for v in views], pieces.dim))
+                result.meta["val"] = _aten.cat.default([v.meta["val"] for v in views], pieces.dim)
+        last.replace_all_uses_with(result)
+        for n in reversed(ordered):
+            gm.graph.erase_node(n)
+        nodes = list(gm.graph.nodes)
+        changed = True
+    return _rebuilt(gm, changed)
+
+
+class _Pieces(list):
+    dim = 0
+
+
+def _pieces(which, offsets):
+    """The result as runs along one dim, each one strided view of one source: [(source, shape, strides,
+    offset)] with .dim, else None."""
+    if int(which.min()) == int(which.max()):
+        found = _affine(offsets)
+        if found is None:
+            return None
+        pieces = _Pieces([(int(which.flatten()[0]), list(offsets.shape), found[1], found[0])])
+        return pieces
+    for dim in range(which.dim()):
+        others = [d for d in range(which.dim()) if d != dim]
+        along = which.amax(dim=others) if others else which
+        if others and not torch.equal(along, which.amin(dim=others)):
+            continue
+        pieces, start = _Pieces(), 0
+        pieces.dim = dim
+        for i in range(1, which.shape[dim] + 1):
+            if i < which.shape[dim] and int(along[i]) == int(along[start]):
+                continue
+            found = _affine(offsets.narrow(dim, start, i - start))
+            if found is None:
+                return None
+            pieces.append((int(along[start]), list(offsets.narrow(dim, start, i - start).shape), found[1], found[0]))
+            start = i
+        return pieces
+    return None
+
+
 class CompiledGraph:
     """The boxed callable for one FX graph (aot_autograd's forward, backward or inference graph)."""
 
@@ -483,8 +615,8 @@ class CompiledGraph:
             split = split_host_prologue(gm)
             if split is not None:
                 self.prologue, gm = split
-            gm = cluster_pointwise_chains(fold_bias_into_products(elide_layout_preserving_clones(
-                stack_select_backward_sums(fold_scalar_fills(fresh_eval_batch_norm_statistics(gm))))))
+            gm = cluster_pointwise_chains(collapse_data_movement(fold_bias_into_products(elide_layout_preserving_clones(
+                stack_select_backward_sums(fold_scalar_fills(fresh_eval_batch_norm_statistics(gm)))))))
             self.lowered = self._lower(gm)
             if self.lowered is None:
                 self.prologue = None  # the whole original graph runs eagerly
