@@ -458,15 +458,18 @@ def test_dropout_clones_and_split_bias_adds_leave_the_forward():
 def test_chains_of_copies_and_views_become_one_pass():
     """Clones, views and a cat that only rearrange their sources become one strided read of each source and
     one copy, where each source's share is a strided view of it (nn.MultiheadAttention's backward moves its
-    three gradients through four copies); a rearrangement no strided view gives keeps its copies. Values as
-    eager's, bit for bit."""
+    three gradients through four copies); a rearrangement no strided view gives keeps its copies, as does one
+    of the graph's inputs (whose storage offset is the caller's). Values as eager's, bit for bit."""
     def stacked(a, b):
         return torch.cat([a.transpose(0, 1).contiguous().unsqueeze(0), b.transpose(0, 1).contiguous().unsqueeze(0)]) * 2
 
     def merged(a, b):  # rows of a (2, 4, 3) as (4, 6): its dims 0 and 2 merged, no stride gives that
         return torch.cat([a.permute(1, 0, 2).contiguous().view(4, 6), b.permute(1, 0, 2).contiguous().view(4, 6)]) * 2
 
-    for fn, shape, copies in ((stacked, (5, 7), 1), (merged, (2, 4, 3), 3)):
+    def computed(fn):
+        return lambda a, b: fn(a * 3, b - 1)
+
+    for fn, shape, copies in ((computed(stacked), (5, 7), 1), (stacked, (5, 7), 3), (computed(merged), (2, 4, 3), 3)):
         torch._dynamo.reset()
         a, b = torch.randn(shape), torch.randn(shape)
         with torch.no_grad():

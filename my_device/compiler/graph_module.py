@@ -512,7 +512,8 @@ def collapse_data_movement(gm):
     The backward of nn.MultiheadAttention's packed projection moves each of attention's three gradients
     through two contiguous clones, a cat and a last clone before the weight's gradient reads them: four
     passes over the activations where one does. Runs the chain on the sources' memory offsets to find
-    where each result element comes from; only where each source's share is one strided view of it.
+    where each result element comes from; only where each source's share is one strided view of it, and
+    each source is made by the graph.
     """
     nodes = list(gm.graph.nodes)
     if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
@@ -533,7 +534,9 @@ def collapse_data_movement(gm):
                 if a.op == "call_function" and a.target in _MOVES and all(u in chain for u in a.users):
                     chain.add(a)
                     stack.append(a)
-                elif isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].dtype == val.dtype:
+                elif (a.op != "placeholder" and isinstance(a.meta.get("val"), torch.Tensor)
+                      and a.meta["val"].dtype == val.dtype):
+                    # (as_strided reads from the storage's start: an input's offset there is the caller's)
                     sources[a] = a.meta["val"]
                 else:
                     sources = None
