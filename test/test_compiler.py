@@ -445,6 +445,15 @@ def test_dropout_clones_and_split_bias_adds_leave_the_forward():
     assert "aten::clone" not in forward and forward.count("aten::addmm(") == 2, forward
     assert "aten::mm(" not in forward and "aten::add.Tensor" not in forward, forward
 
+    def column(a, w, b):  # the product viewed as one column and broadcast against the bias: no addmm gives that
+        return (a @ w).view(96, 1) + b
+
+    a, w, bias = torch.randn(6, 4), torch.randn(4, 16), torch.randn(16)
+    with torch.no_grad():
+        out = torch.compile(column, backend="mydev")(a.to(DEV), w.to(DEV), bias.to(DEV))
+    torch.testing.assert_close(out.cpu(), column(a, w, bias))
+    assert "aten::addmm" not in mc.dump(1), mc.dump(1)
+
     def twice(a):
         return (a * 2).clone(), a.clone()
 

@@ -450,7 +450,8 @@ def fold_bias_into_products(gm):
         prod, b, out = x.meta.get("val"), bias.meta.get("val"), node.meta.get("val")
         if (not isinstance(prod, torch.Tensor) or not isinstance(b, torch.Tensor) or not isinstance(out, torch.Tensor)
                 or b.dim() != 1 or b.shape[0] != prod.shape[1] or b.dtype != prod.dtype or out.dtype != prod.dtype
-                or out.dim() == 0 or out.shape[-1] != prod.shape[1] or (view is None and out.shape != prod.shape)):
+                or out.shape != (prod.shape if view is None else view.meta["val"].shape)
+                or out.shape[-1] != prod.shape[1]):
             continue
         with gm.graph.inserting_before(node):
             fused = gm.graph.call_function(torch.ops.aten.addmm.default, (bias, *x.args))
