@@ -416,7 +416,7 @@ def elide_layout_preserving_clones(gm):
                 or not torch._prims_common.is_non_overlapping_and_dense_or_false(src)):
             continue
         root = _alias_root(node.args[0])
-        if root.op == "placeholder" or not (_returned_only_as_saved(node) and _returned_only_as_saved(root)):
+        if root.op in ("placeholder", "get_attr") or not (_returned_only_as_saved(node) and _returned_only_as_saved(root)):
             continue
         node.replace_all_uses_with(node.args[0])
         gm.graph.erase_node(node)
@@ -475,6 +475,7 @@ _MOVES = {_aten.clone.default, _aten.view.default, _aten._unsafe_view.default, _
           _aten.transpose.int, _aten.t.default, _aten.unsqueeze.default, _aten.squeeze.dim, _aten.squeeze.dims,
           _aten.squeeze.default, _aten.cat.default, _aten.alias.default, _aten.select.int, _aten.slice.Tensor}
 _COPIES = {_aten.clone.default, _aten.cat.default}
+_MAX_TRACED_MOVE = 1 << 24
 
 
 def _affine(offsets):
@@ -525,7 +526,8 @@ def collapse_data_movement(gm):
         if getattr(last, "_erased", False) or last.op != "call_function" or last.target not in _COPIES:
             continue
         val = last.meta.get("val")
-        if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.numel() == 0:
+        # (the offsets are int64 tensors as large as the chain's: a bound on what compiling allocates)
+        if not isinstance(val, torch.Tensor) or not val.is_contiguous() or not 0 < val.numel() <= _MAX_TRACED_MOVE:
             continue
         chain, sources, stack = {last}, {}, [last]
         while stack:
@@ -535,7 +537,7 @@ def collapse_data_movement(gm):
                 if a.op == "call_function" and a.target in _MOVES and all(u in chain for u in a.users):
                     chain.add(a)
                     stack.append(a)
-                elif (a.op != "placeholder" and isinstance(a.meta.get("val"), torch.Tensor)
+                elif (a.op not in ("placeholder", "get_attr") and isinstance(a.meta.get("val"), torch.Tensor)
                       and a.meta["val"].dtype == val.dtype):
                     # (as_strided reads from the storage's start: an input's offset there is the caller's)
                     sources[a] = a.meta["val"]
