@@ -350,9 +350,16 @@ def fresh_eval_batch_norm_statistics(gm):
     return _rebuilt(gm, changed)
 
 
-_CLONE = torch.ops.aten.clone.default
-_MM = torch.ops.aten.mm.default
-_VIEW = torch.ops.aten.view.default
+_aten = torch.ops.aten
+_CLONE = _aten.clone.default
+_MM = _aten.mm.default
+_VIEW = _aten.view.default
+
+
+def _mutates(nodes):
+    """Whether any of the graph's nodes writes memory (an in-place or out= op)."""
+    return any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+               for n in nodes)
 
 
 def _returns_alias(node):
@@ -403,8 +410,7 @@ def elide_layout_preserving_clones(gm):
     graph input, must stay apart from a saved tensor. A graph that mutates keeps every clone.
     """
     nodes = list(gm.graph.nodes)
-    if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
-           for n in nodes):
+    if _mutates(nodes):
         return gm
     changed = False
     for node in nodes:
@@ -454,8 +460,8 @@ def fold_bias_into_products(gm):
                 or out.shape[-1] != prod.shape[1]):
             continue
         with gm.graph.inserting_before(node):
-            fused = gm.graph.call_function(torch.ops.aten.addmm.default, (bias, *x.args))
-            fused.meta["val"] = torch.ops.aten.addmm.default(b, *(a.meta["val"] for a in x.args))
+            fused = gm.graph.call_function(_aten.addmm.default, (bias, *x.args))
+            fused.meta["val"] = _aten.addmm.default(b, *(a.meta["val"] for a in x.args))
             result = fused
             if view is not None:
                 result = gm.graph.call_function(_VIEW, (fused, view.args[1]))
@@ -469,7 +475,6 @@ def fold_bias_into_products(gm):
     return _rebuilt(gm, changed)
 
 
-_aten = torch.ops.aten
 # Ops each of whose result elements is one element of an argument, moved: chains of them are data movement.
 _MOVES = {_aten.clone.default, _aten.view.default, _aten._unsafe_view.default, _aten.permute.default,
           _aten.transpose.int, _aten.t.default, _aten.unsqueeze.default, _aten.squeeze.dim, _aten.squeeze.dims,
@@ -518,8 +523,7 @@ def collapse_data_movement(gm):
     each source is made by the graph.
     """
     nodes = list(gm.graph.nodes)
-    if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
-           for n in nodes):
+    if _mutates(nodes):
         return gm
     changed = False
     for last in reversed(nodes):
@@ -550,9 +554,10 @@ def collapse_data_movement(gm):
             continue
         ordered = [n for n in nodes if n in chain]
         with unset_fake_temporarily():  # the offsets are real tensors, whatever mode the compiler runs under
-            pieces = _pieces(*_moved_from(sources, ordered, last))
-        if pieces is None:
+            found = _pieces(*_moved_from(sources, ordered, last))
+        if found is None:
             continue
+        dim, pieces = found
         inputs = list(sources)
         with gm.graph.inserting_before(last):
             views = []
@@ -564,8 +569,8 @@ def collapse_data_movement(gm):
                 result = gm.graph.call_function(_CLONE, (views[0],), {"memory_format": torch.contiguous_format})
                 result.meta["val"] = _CLONE(views[0].meta["val"], memory_format=torch.contiguous_format)
             else:
-                result = gm.graph.call_function(_aten.cat.default, ([v for v in views], pieces.dim))
-                result.meta["val"] = _aten.cat.default([v.meta["val"] for v in views], pieces.dim)
+                result = gm.graph.call_function(_aten.cat.default, (views, dim))
+                result.meta["val"] = _aten.cat.default([v.meta["val"] for v in views], dim)
         last.replace_all_uses_with(result)
         for n in reversed(ordered):
             gm.graph.erase_node(n)
@@ -574,26 +579,18 @@ def collapse_data_movement(gm):
     return _rebuilt(gm, changed)
 
 
-class _Pieces(list):
-    dim = 0
-
-
 def _pieces(which, offsets):
-    """The result as runs along one dim, each one strided view of one source: [(source, shape, strides,
-    offset)] with .dim, else None."""
+    """The result as runs along one dim, each one strided view of one source: (dim, [(source, shape,
+    strides, offset)]), else None."""
     if int(which.min()) == int(which.max()):
         found = _affine(offsets)
-        if found is None:
-            return None
-        pieces = _Pieces([(int(which.flatten()[0]), list(offsets.shape), found[1], found[0])])
-        return pieces
+        return None if found is None else (0, [(int(which.flatten()[0]), list(offsets.shape), found[1], found[0])])
     for dim in range(which.dim()):
         others = [d for d in range(which.dim()) if d != dim]
         along = which.amax(dim=others) if others else which
         if others and not torch.equal(along, which.amin(dim=others)):
             continue
-        pieces, start = _Pieces(), 0
-        pieces.dim = dim
+        pieces, start = [], 0
         for i in range(1, which.shape[dim] + 1):
             if i < which.shape[dim] and int(along[i]) == int(along[start]):
                 continue
@@ -602,8 +599,13 @@ def _pieces(which, offsets):
                 return None
             pieces.append((int(along[start]), list(offsets.narrow(dim, start, i - start).shape), found[1], found[0]))
             start = i
-        return pieces
+        return dim, pieces
     return None
+
+
+# In this order: the later passes see the graphs the earlier ones leave.
+_PASSES = (fresh_eval_batch_norm_statistics, fold_scalar_fills, stack_select_backward_sums, elide_layout_preserving_clones,
+           fold_bias_into_products, collapse_data_movement, cluster_pointwise_chains)
 
 
 class CompiledGraph:
@@ -621,8 +623,8 @@ class CompiledGraph:
             split = split_host_prologue(gm)
             if split is not None:
                 self.prologue, gm = split
-            gm = cluster_pointwise_chains(collapse_data_movement(fold_bias_into_products(elide_layout_preserving_clones(
-                stack_select_backward_sums(fold_scalar_fills(fresh_eval_batch_norm_statistics(gm)))))))
+            for graph_pass in _PASSES:
+                gm = graph_pass(gm)
             self.lowered = self._lower(gm)
             if self.lowered is None:
                 self.prologue = None  # the whole original graph runs eagerly
