@@ -486,6 +486,72 @@ def test_linear_algebra_that_checks_its_result_raises_at_the_call():
     torch.mydev.synchronize()  # nothing left to report
 
 
+def test_products_into_out_are_queued_with_cpu_results_and_errors():
+    a, b, bias = torch.randn(96, 64), torch.randn(64, 80), torch.randn(80)
+    check_queued_like_cpu(lambda x, y: torch.mm(x, y, out=torch.empty(0, device=x.device)), a, b)
+    check_queued_like_cpu(lambda c, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2, out=torch.empty(0, device=x.device)),
+                          bias, a, b)
+    check_queued_like_cpu(lambda x, y: torch.mm(x, y, out=torch.empty(80, 96, device=x.device).t()), a, b)
+    d, e = a.to("mydev"), b.to("mydev")
+    with delayed(torch.mydev.default_stream()):
+        with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float, but got double instead"):
+            torch.mm(d, e, out=torch.empty(96, 80, dtype=torch.float64, device="mydev"))
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            torch.addmm(bias.to("mydev"), d, e, out=torch.empty(96, 80))
+    torch.mydev.synchronize()  # nothing left to report
+    # An out that is an operand: what the CPU's kernel makes of it.
+    sq = torch.randn(64, 64)
+    sq_cpu, sq_dev = sq.clone(), sq.to("mydev")
+    torch.mm(sq_cpu, sq_cpu, out=sq_cpu)
+    torch.mm(sq_dev, sq_dev, out=sq_dev)
+    assert torch.equal(sq_dev.cpu(), sq_cpu)
+    torch.testing.assert_close((d @ e).cpu(), a @ b)
+
+
+def test_large_products_give_the_same_bits_on_one_compute_unit_or_two(python_subprocess):
+    # A queued product big enough runs in row blocks shared by the device's compute units; its result is the
+    # whole product's: the CPU's at one thread, and at two threads the same whichever units ran it.
+    code = """
+        import hashlib, sys, torch, my_device
+        digest = hashlib.sha256()
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            torch.manual_seed(0)
+            for m, k, n in [(512, 128, 384), (64, 512, 512), (100, 77, 333), (1000, 64, 130)]:
+                a, b = torch.randn(m, k), torch.randn(k, n)
+                bias, full, col = torch.randn(n), torch.randn(m, n), torch.randn(m, 1)
+                A, B = a.to("mydev"), b.to("mydev")
+                got = [A @ B, A @ B.t().contiguous().t(), A.t().contiguous().t() @ B,
+                       torch.addmm(bias.to("mydev"), A, B), torch.addmm(full.to("mydev"), A, B, beta=0.5, alpha=2),
+                       torch.addmm(col.to("mydev"), A, B), torch.mm(A, B, out=torch.empty(0, device="mydev")),
+                       torch.addmm(bias.to("mydev"), A, B, out=torch.empty(n, m, device="mydev").t())]
+                want = [a @ b, a @ b, a @ b, torch.addmm(bias, a, b), torch.addmm(full, a, b, beta=0.5, alpha=2),
+                        torch.addmm(col, a, b), a @ b, torch.addmm(bias, a, b)]
+                lin = torch.nn.Linear(k, n)
+                x = torch.randn(m, k, requires_grad=True)
+                lin_dev, x_dev = torch.nn.Linear(k, n).to("mydev"), x.detach().to("mydev").requires_grad_()
+                lin_dev.load_state_dict(lin.state_dict())
+                lin(x).square().sum().backward()
+                lin_dev(x_dev).square().sum().backward()
+                got += [x_dev.grad, lin_dev.weight.grad]
+                want += [x.grad, lin.weight.grad]
+                for i, (g, w) in enumerate(zip(got, want)):
+                    g = g.cpu()
+                    if threads == 1:
+                        assert torch.equal(g, w), (m, k, n, i, (g - w).abs().max().item())
+                    digest.update(g.numpy().tobytes())
+        print(digest.hexdigest(), my_device._C._test_row_blocks_run_by_other_units() > 0)
+    """
+    digests = []
+    for units in ("1", "2"):
+        result = python_subprocess(code, env={"MYDEV_COMPUTE_UNITS": units}, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        digest, shared = result.stdout.split()
+        assert shared == ("True" if units == "2" else "False")  # (MYDEV_COMPUTE_UNITS=2: the helper always joins)
+        digests.append(digest)
+    assert digests[0] == digests[1]
+
+
 @pytest.mark.parametrize("name,fn", [
     ("put", lambda x, i: x.put(i, torch.ones(1, device=x.device))),
     ("index_reduce", lambda x, i: x.index_reduce(0, i, torch.ones(1, device=x.device), "prod")),

@@ -1067,8 +1067,6 @@ std::vector<Touch> Program::touches(const Step& st) const {
 // Whether, and in how many parts, a step runs side by side (Step::Split): each part must have work enough
 // to pay for a hand-over between threads (a few microseconds).
 void Program::choose_parts(Step& st) const {
-  constexpr int64_t kMinRowsPerPart = 32;
-  constexpr int64_t kMinWorkPerPart = 1 << 20;  // a product's multiply-adds: about 0.1 ms at one core's BLAS speed
   constexpr int64_t kMinPooledPerPart = 1 << 16;  // a pooling's input elements, a convolution's gradient's
   st.split = Step::Whole;
   st.parts = 1;
@@ -1119,7 +1117,7 @@ void Program::choose_parts(Step& st) const {
     const TensorMeta& mat1 = graph_.values[st.slots[st.slots.size() - 2].values[0]].meta;
     if (st.outputs.size() == 1 && out.sizes.size() == 2 && mat1.sizes.size() == 2 && out.is_contiguous()) {
       st.split = Step::Rows;
-      parts = std::min(out.sizes[0] / kMinRowsPerPart, out.sizes[0] * out.sizes[1] * mat1.sizes[1] / kMinWorkPerPart);
+      parts = product_row_parts(out.sizes[0], out.sizes[1], mat1.sizes[1]);
     }
   }
   st.parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(parts, kMaxStepParts)));

@@ -1,5 +1,6 @@
 #pragma once
 // A kernel's work shared among the device's compute units.
+#include <cstdint>
 #include <functional>
 
 namespace my_device {
@@ -11,6 +12,20 @@ namespace my_device {
 // are: one when no unit is free, or outside a kernel. An exception from any
 // call is rethrown here once every call has returned.
 void run_on_compute_units(const std::function<void()>& work);
+
+// How many row blocks a matrix product of (rows x depth) by (depth x cols) is
+// worth cutting into for the compute units: each must have work enough to pay
+// for a hand-over between threads (a few microseconds). The same cut whether
+// or not a unit turns out free, so the result never depends on which ran it.
+int product_row_parts(int64_t rows, int64_t cols, int64_t depth);
+
+// Inside a queued kernel on a device with more than one compute unit: runs
+// `part(lo, count)` over `rows` rows cut into `parts` blocks, each block taken
+// by whichever of this thread and the free units comes first. Elsewhere (at
+// the call, or one unit) `part(0, rows)` once: no other thread could help.
+void run_row_blocks(int64_t rows, int parts, const std::function<void(int64_t lo, int64_t count)>& part);
+// How many blocks another unit than the kernel's own thread has run (for tests).
+int64_t row_blocks_run_by_other_units();
 
 // This thread's intra-op threads (OpenMP's and MKL's settings, which are per
 // thread; ATen's set_num_threads is process-wide) set to `threads` while it

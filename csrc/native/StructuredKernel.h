@@ -23,6 +23,7 @@
 
 #include <ATen/TensorIterator.h>
 #include <ATen/Version.h>
+#include <ATen/native/Resize.h>
 #include <ATen/core/op_registration/adaption.h>
 
 #include <algorithm>
@@ -616,6 +617,80 @@ MYDEV_ALWAYS_INLINE std::optional<std::array<at::Tensor, N>> functional_now(cons
   return std::move(op.outputs);
 }
 
+// A kernel outside TensorIterator whose meta() has run (`op`, its outputs
+// `outputs`): impl() runs now or is queued, on host aliases of the operands and
+// outputs (or on the device tensors themselves: RunsOnDeviceTensors).
+template <class Base, size_t N, class... Args>
+MYDEV_ALWAYS_INLINE void run_impl(const char* label, c10::DeviceIndex device, Base& op,
+                                  const std::array<at::Tensor, N>& outputs, const Args&... args) {
+  // The elements of its operands and outputs bound such a kernel's work (a
+  // softmax, a reduction, nll_loss; a matrix product's is about the 1.5th
+  // power of theirs): over a few thousand, the hand-off to the worker costs
+  // less than the kernel (kShortKernelElements).
+  const bool short_kernel =
+      is_short_kernel(operand_elements(args...) +
+                      std::apply([](const auto&... o) { return operand_elements(o...); }, outputs));
+  // impl() now, over aliases of the caller's own tensors (or those tensors
+  // themselves: RunsOnDeviceTensors).
+  auto run_here = [&](bool on_device_tensors) MYDEV_INLINE_BODY {
+    if (on_device_tensors) {
+      std::apply([&](const auto&... o) { op.impl(args..., o...); }, outputs);
+      return;
+    }
+    HostOperands host(nullptr);
+    auto host_args = std::make_tuple(host.alias(args)...);
+    std::array<at::Tensor, N> host_outputs;
+    for (size_t i = 0; i < N; ++i) host_outputs[i] = host.alias(outputs[i]);
+    HostCall call(device);
+    std::apply([&](const auto&... a) {
+      std::apply([&](const auto&... o) { op.impl(a..., o...); }, host_outputs);
+    }, host_args);
+  };
+  // A dtype signature's first call runs at the call, in stream order, so
+  // that a dtype impl() lacks raises there.
+  const uint64_t signature = dtype_signature(args...);
+  if (C10_UNLIKELY(!ConfirmedSignatures<Base>::contains(signature))) {
+    launch_inline(device, [&] { run_here(false); });
+    ConfirmedSignatures<Base>::add(signature);
+    return;
+  }
+  // On an idle stream a short kernel runs now: no job, no references held,
+  // no task (as functional_now).
+  if (short_kernel) {
+    bool on_device_tensors = false;
+    if constexpr (RunsOnDeviceTensors<Base>::value) {
+      on_device_tensors = !strict_mode() && RunsOnDeviceTensors<Base>::accepts(args...);
+    }
+    const bool ran = launch_if_idle(device, label, [&]() MYDEV_INLINE_BODY { run_here(on_device_tensors); });
+    if (ran) return;
+  }
+  // (A few hundred bytes: malloc's per-thread cache serves it faster than
+  // Pooled's locked free list, which is for TensorIterator jobs.)
+  struct Job {
+    Job(c10::DeviceIndex device, const Base& after_meta) : held(device), host(&held), op(after_meta) {}
+    KernelArgs held;
+    HostOperands host;
+    std::optional<std::tuple<std::decay_t<decltype(host.alias(std::declval<const Args&>()))>...>> args;
+    std::array<at::Tensor, N> outputs;
+    Functional<Base, N> op;  // impl() only: meta() ran on the caller's, and left this its state
+  };
+  static_assert(sizeof(Job) <= 1024, "larger than malloc's per-thread cache serves: derive Job from Pooled");
+  auto job = std::make_unique<Job>(device, op);
+  job->host.set_touch(Touch::kReads);
+  job->args.emplace(job->host.alias(args)...);
+  job->host.set_touch(Touch::kWrites);
+  // The outputs are the device tensors meta() made, or the caller's out=; the
+  // job keeps their bytes as it keeps its inputs' (a lease, or a reference).
+  for (size_t i = 0; i < N; ++i) job->outputs[i] = job->host.alias(outputs[i]);
+  const KernelArgs* touches = &job->held;
+  launch_async(device, label, [job = std::move(job)] {
+    HostCall call(job->held.device());
+    std::apply([&](const auto&... a) {
+      std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->outputs);
+    }, *job->args);
+  }, short_kernel, touches);
+}
+
 // What functional<> and functional_tuple<> share: meta() now, impl() queued,
 // the N outputs returned to the caller.
 template <class Base, size_t N, class... Args>
@@ -676,72 +751,7 @@ MYDEV_ALWAYS_INLINE std::array<at::Tensor, N> queue_functional(const char* label
       TORCH_INTERNAL_ASSERT(!o.defined() || o.device().index() == device, label, ": output on mydev:",
                             o.device().index(), ", inputs on mydev:", device);
     }
-    // The elements of its operands and outputs bound such a kernel's work (a
-    // softmax, a reduction, nll_loss; a matrix product's is about the 1.5th
-    // power of theirs): over a few thousand, the hand-off to the worker costs
-    // less than the kernel (kShortKernelElements).
-    const bool short_kernel =
-        is_short_kernel(operand_elements(args...) +
-                        std::apply([](const auto&... o) { return operand_elements(o...); }, op.outputs));
-    // impl() now, over aliases of the caller's own tensors (or those tensors
-    // themselves: RunsOnDeviceTensors).
-    auto run_here = [&](bool on_device_tensors) MYDEV_INLINE_BODY {
-      if (on_device_tensors) {
-        std::apply([&](const auto&... o) { op.impl(args..., o...); }, op.outputs);
-        return;
-      }
-      HostOperands host(nullptr);
-      auto host_args = std::make_tuple(host.alias(args)...);
-      std::array<at::Tensor, N> host_outputs;
-      for (size_t i = 0; i < N; ++i) host_outputs[i] = host.alias(op.outputs[i]);
-      HostCall call(device);
-      std::apply([&](const auto&... a) {
-        std::apply([&](const auto&... o) { op.impl(a..., o...); }, host_outputs);
-      }, host_args);
-    };
-    // A dtype signature's first call runs at the call, in stream order, so
-    // that a dtype impl() lacks raises there.
-    const uint64_t signature = dtype_signature(args...);
-    if (C10_UNLIKELY(!ConfirmedSignatures<Base>::contains(signature))) {
-      launch_inline(device, [&] { run_here(false); });
-      ConfirmedSignatures<Base>::add(signature);
-      return std::move(op.outputs);
-    }
-    // On an idle stream a short kernel runs now: no job, no references held,
-    // no task (as functional_now).
-    if (short_kernel) {
-      bool on_device_tensors = false;
-      if constexpr (RunsOnDeviceTensors<Base>::value) {
-        on_device_tensors = !strict_mode() && RunsOnDeviceTensors<Base>::accepts(args...);
-      }
-      const bool ran = launch_if_idle(device, label, [&]() MYDEV_INLINE_BODY { run_here(on_device_tensors); });
-      if (ran) return std::move(op.outputs);
-    }
-    // (A few hundred bytes: malloc's per-thread cache serves it faster than
-    // Pooled's locked free list, which is for TensorIterator jobs.)
-    struct Job {
-      Job(c10::DeviceIndex device, const Base& after_meta) : held(device), host(&held), op(after_meta) {}
-      KernelArgs held;
-      HostOperands host;
-      std::optional<std::tuple<std::decay_t<decltype(host.alias(std::declval<const Args&>()))>...>> args;
-      std::array<at::Tensor, N> outputs;
-      Functional<Base, N> op;  // impl() only: meta() ran on the caller's, and left this its state
-    };
-    static_assert(sizeof(Job) <= 1024, "larger than malloc's per-thread cache serves: derive Job from Pooled");
-    auto job = std::make_unique<Job>(device, op);
-    job->host.set_touch(Touch::kReads);
-    job->args.emplace(job->host.alias(args)...);
-    job->host.set_touch(Touch::kWrites);
-    // The caller's outputs are the device tensors meta() made; the job keeps
-    // their bytes as it keeps its inputs' (a lease, or a reference).
-    for (size_t i = 0; i < N; ++i) job->outputs[i] = job->host.alias(op.outputs[i]);
-    const KernelArgs* touches = &job->held;
-    launch_async(device, label, [job = std::move(job)] {
-      HostCall call(job->held.device());
-      std::apply([&](const auto&... a) {
-        std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->outputs);
-      }, *job->args);
-    }, short_kernel, touches);
+    run_impl<Base, N>(label, device, op, op.outputs, args...);
     return std::move(op.outputs);
   }
 }
@@ -758,6 +768,43 @@ template <class Base, size_t N, class... Args>
 auto functional_tuple(const char* label, const Args&... args) {
   return std::apply([](auto&&... o) { return std::make_tuple(std::move(o)...); },
                     queue_functional<Base, N>(label, args...));
+}
+
+// meta() writing into the caller's out= tensor, with the checks and the resize
+// PyTorch's out= wrappers make.
+template <class Base>
+struct Out final : Base {
+  explicit Out(const at::Tensor& out) : out(out) {}
+  void set_output_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                          c10::TensorOptions options) override {
+    resize(sizes, strides, options);
+  }
+  void set_output_raw_strided(int64_t idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                              c10::TensorOptions options) override {
+    resize(sizes, strides, options);
+  }
+  const at::Tensor& maybe_get_output(int64_t) override {
+    return out;
+  }
+  void resize(c10::IntArrayRef sizes, c10::IntArrayRef strides, const c10::TensorOptions& options) {
+    TORCH_CHECK(options.dtype() == out.dtype(), "Expected out tensor to have dtype ", options.dtype(), ", but got ",
+                out.dtype(), " instead");
+    TORCH_CHECK(options.device() == out.device(), "Expected out tensor to have device ", options.device(),
+                ", but got ", out.device(), " instead");
+    if (at::native::resize_output(out, sizes) && !strides.empty()) out.as_strided_(sizes, strides);
+  }
+  at::Tensor out;
+};
+
+// A structured kernel outside TensorIterator writing into `out` (mm.out):
+// meta() at the call, impl() as functional<>'s.
+template <class Base, class... Args>
+at::Tensor& out_variant(const char* label, at::Tensor& out, const Args&... args) {
+  static_assert(!kIterator<Base>, "out_variant: kernels outside TensorIterator only");
+  Out<Base> op(out);
+  op.meta(args...);
+  run_impl<Base, 1>(label, launch_device(args...), op, std::array<at::Tensor, 1>{out}, args...);
+  return out;
 }
 
 // in_place's counterpart of functional_now: true if the call is done.

@@ -32,6 +32,7 @@ struct Helpers {
   std::condition_variable posted;
   Posted* work = nullptr;
   uint64_t generation = 0;
+  std::atomic<uint64_t> published{0};  // `generation`, for helpers spinning without the lock
 
   explicit Helpers(int count) {
     for (int i = 0; i < count; ++i) std::thread([this] { loop(); }).detach();
@@ -41,6 +42,10 @@ struct Helpers {
     for (;;) {
       Posted* p;
       {
+        // A kernel that shares its work often shares the next one's too (a
+        // model's products come in runs): a helper that blocked at once paid a
+        // futex wake of about 30 us at each, a tenth of a product's half.
+        spinUntil([&] { return published.load(std::memory_order_acquire) != seen; }, kHelperSpinNs);
         std::unique_lock<std::mutex> lock(mu);
         posted.wait(lock, [&] { return work != nullptr && generation != seen; });
         seen = generation;
@@ -95,6 +100,7 @@ void runOnComputeUnits(void (*fn)(void*), void* data) {
     if (h.work == nullptr) {
       h.work = &p;
       ++h.generation;
+      h.published.store(h.generation, std::memory_order_release);
       posted = true;
     }
   }

@@ -158,6 +158,9 @@ constexpr int kGreatestPriority = -1;
 // changed neither decoding nor the test suite on two processes sharing two
 // cores (bench/RESULTS.md, Decoding).
 constexpr int64_t kWorkerSpinNs = 1000000;
+// How long a compute unit's helper spins after its share of a task before
+// sleeping (compute_units.cpp).
+constexpr int64_t kHelperSpinNs = 200000;
 // How long a synchroniser spins before blocking.
 constexpr int64_t kSyncSpinNs = 20000;
 // How long process exit waits for workers to finish the task they are running.
