@@ -272,7 +272,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   // The intra-op threads of kernels this thread launches (core/ComputeUnits.h).
   m.def("_kernel_intra_op_threads", &kernel_intra_op_threads);
-  m.def("_test_row_blocks_run_by_other_units", &row_blocks_run_by_other_units);
+  m.def("_test_blocks_run_by_other_units", &blocks_run_by_other_units);
   // bench/bench_launch.py --breakdown: turns the host kernel's stage timing on
   // or off and returns the totals since the last call (ns per stage, calls).
   m.def("_host_kernel_breakdown", [](bool enable) {

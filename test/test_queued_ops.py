@@ -508,25 +508,28 @@ def test_products_into_out_are_queued_with_cpu_results_and_errors():
     torch.testing.assert_close((d @ e).cpu(), a @ b)
 
 
-def test_large_products_give_the_same_bits_on_one_compute_unit_or_two(python_subprocess):
-    # A queued product big enough runs in row blocks shared by the device's compute units; its result is the
-    # whole product's: the CPU's at one thread, and at two threads the same whichever units ran it.
+def test_large_products_convolutions_and_poolings_give_the_same_bits_on_one_compute_unit_or_two(
+        python_subprocess):
+    # A queued product, convolution or max pooling big enough runs in blocks (rows, samples, or a convolution's
+    # two gradients) shared by the device's compute units; its result is the whole call's: the CPU's at one
+    # thread, and at two threads the same whichever units ran it.
     code = """
-        import hashlib, sys, torch, my_device
+        import copy, hashlib, torch, my_device
         digest = hashlib.sha256()
         for threads in (1, 2):
             torch.set_num_threads(threads)
             torch.manual_seed(0)
+            got, want = [], []
             for m, k, n in [(512, 128, 384), (64, 512, 512), (100, 77, 333), (1000, 64, 130)]:
                 a, b = torch.randn(m, k), torch.randn(k, n)
                 bias, full, col = torch.randn(n), torch.randn(m, n), torch.randn(m, 1)
                 A, B = a.to("mydev"), b.to("mydev")
-                got = [A @ B, A @ B.t().contiguous().t(), A.t().contiguous().t() @ B,
+                got += [A @ B, A @ B.t().contiguous().t(), A.t().contiguous().t() @ B,
                        torch.addmm(bias.to("mydev"), A, B), torch.addmm(full.to("mydev"), A, B, beta=0.5, alpha=2),
                        torch.addmm(col.to("mydev"), A, B), torch.mm(A, B, out=torch.empty(0, device="mydev")),
                        torch.addmm(bias.to("mydev"), A, B, out=torch.empty(n, m, device="mydev").t())]
-                want = [a @ b, a @ b, a @ b, torch.addmm(bias, a, b), torch.addmm(full, a, b, beta=0.5, alpha=2),
-                        torch.addmm(col, a, b), a @ b, torch.addmm(bias, a, b)]
+                want += [a @ b, a @ b, a @ b, torch.addmm(bias, a, b), torch.addmm(full, a, b, beta=0.5, alpha=2),
+                         torch.addmm(col, a, b), a @ b, torch.addmm(bias, a, b)]
                 lin = torch.nn.Linear(k, n)
                 x = torch.randn(m, k, requires_grad=True)
                 lin_dev, x_dev = torch.nn.Linear(k, n).to("mydev"), x.detach().to("mydev").requires_grad_()
@@ -535,12 +538,27 @@ def test_large_products_give_the_same_bits_on_one_compute_unit_or_two(python_sub
                 lin_dev(x_dev).square().sum().backward()
                 got += [x_dev.grad, lin_dev.weight.grad]
                 want += [x.grad, lin.weight.grad]
-                for i, (g, w) in enumerate(zip(got, want)):
-                    g = g.cpu()
-                    if threads == 1:
-                        assert torch.equal(g, w), (m, k, n, i, (g - w).abs().max().item())
-                    digest.update(g.numpy().tobytes())
-        print(digest.hexdigest(), my_device._C._test_row_blocks_run_by_other_units() > 0)
+            for conv, shape, channels_last in [(torch.nn.Conv2d(3, 16, 3, padding=1), (8, 3, 32, 32), False),
+                                               (torch.nn.Conv2d(16, 32, 3, padding=1, groups=4), (8, 16, 16, 16), True),
+                                               (torch.nn.ConvTranspose2d(16, 8, 3, stride=2), (8, 16, 16, 16), False)]:
+                net = torch.nn.Sequential(conv, torch.nn.ReLU(), torch.nn.MaxPool2d(2, ceil_mode=True))
+                x = torch.randn(shape, requires_grad=True)
+                if channels_last:
+                    net, x = net.to(memory_format=torch.channels_last), x.detach().to(
+                        memory_format=torch.channels_last).requires_grad_()
+                net_dev = copy.deepcopy(net).to("mydev")
+                x_dev = x.detach().to("mydev").requires_grad_()
+                y, y_dev = net(x), net_dev(x_dev)
+                y.square().sum().backward()
+                y_dev.square().sum().backward()
+                got += [y_dev, x_dev.grad, net_dev[0].weight.grad, net_dev[0].bias.grad]
+                want += [y, x.grad, net[0].weight.grad, net[0].bias.grad]
+            for i, (g, w) in enumerate(zip(got, want)):
+                g = g.detach().cpu()
+                if threads == 1:
+                    assert torch.equal(g, w), (i, (g - w).abs().max().item())
+                digest.update(g.contiguous().numpy().tobytes())
+        print(digest.hexdigest(), my_device._C._test_blocks_run_by_other_units() > 0)
     """
     digests = []
     for units in ("1", "2"):

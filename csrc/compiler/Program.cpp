@@ -1067,7 +1067,7 @@ std::vector<Touch> Program::touches(const Step& st) const {
 // Whether, and in how many parts, a step runs side by side (Step::Split): each part must have work enough
 // to pay for a hand-over between threads (a few microseconds).
 void Program::choose_parts(Step& st) const {
-  constexpr int64_t kMinPooledPerPart = 1 << 16;  // a pooling's input elements, a convolution's gradient's
+  constexpr int64_t kMinPooledPerPart = kMinPooledPerBlock;  // a pooling's input elements, a convolution's gradient's
   st.split = Step::Whole;
   st.parts = 1;
   if (st.kind != Step::Call || st.outputs.empty() || st.outputs[0] < 0) return;
@@ -1098,6 +1098,19 @@ void Program::choose_parts(Step& st) const {
     if (batched(kMinPooledPerPart / 4)) {
       st.split = Step::Samples;
       parts = out.sizes[0];
+    }
+  } else if (!st.use_out && name == "aten::convolution" && st.outputs.size() == 1 && st.slots.size() >= 2 &&
+             st.slots[0].index == 0 && st.stack.size() > kConvolutionTransposed && st.stack[kConvolutionTransposed].isBool()) {
+    // By samples of its input, when batched (an unbatched input's first dimension is its channels).
+    const TensorMeta& input = graph_.values[st.slots[0].values[0]].meta;
+    const TensorMeta& weight = graph_.values[st.slots[1].values[0]].meta;
+    if (input.sizes.size() == weight.sizes.size() && !out.sizes.empty() && out.sizes[0] == input.sizes[0] &&
+        out.offset == 0 && !weight.sizes.empty() && weight.sizes[0] > 0) {
+      const int64_t per_element = weight.numel() / weight.sizes[0];
+      const bool transposed = st.stack[kConvolutionTransposed].toBool();
+      st.split = Step::InputSamples;
+      parts = block_count(input.sizes[0], 1, (transposed ? input.numel() : out.numel()) * per_element,
+                          kMinMultiplyAddsPerBlock);
     }
   } else if (!st.use_out) {
     // Both the input's gradient and the weight's, from one call: two calls of one each.
@@ -1449,13 +1462,16 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       for (size_t k = part == 0 ? 0 : 1; k < (part == 0 ? 1 : 3); ++k) place(st, k, results[k]);
       return;
     }
-    if (st.split == Step::Samples) {
-      // Each part calls the op on its samples of every tensor argument, and copies its results into the
-      // program's values, which the first part to finish creates where the program does not give them.
+    if (st.split == Step::Samples || st.split == Step::InputSamples) {
+      // Each part calls the op on its samples of every tensor argument (or of the first), and copies its results
+      // into the program's values, which the first part to finish creates where the program does not give them.
       std::vector<c10::IValue> stack = arguments(st);
       const int64_t m = graph_.values[st.outputs[0]].meta.sizes[0];
       const int64_t lo = m * part / st.parts, rows = m * (part + 1) / st.parts - lo;
-      for (const Step::Slot& slot : st.slots) stack[slot.index] = stack[slot.index].toTensor().narrow(0, lo, rows);
+      for (const Step::Slot& slot : st.slots) {
+        stack[slot.index] = stack[slot.index].toTensor().narrow(0, lo, rows);
+        if (st.split == Step::InputSamples) break;
+      }
       st.op->callBoxed(stack);
       const std::vector<at::Tensor> results = tensors_of(stack);
       for (size_t k = 0; k < st.outputs.size(); ++k) {

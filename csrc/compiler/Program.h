@@ -67,13 +67,14 @@ struct Step {
   std::vector<int> held;           // the released values' roots it touches (for a run side by side)
   // Side by side, a step may run in parts (Program::choose_parts): a product by rows of its output, a
   // pooling by samples (Batch: into its planned outputs; Samples: an attention's call per part, its
-  // results copied into the program's values), a convolution's backward as its input's gradient and its
-  // weight's.
-  enum Split : uint8_t { Whole, Rows, Batch, Samples, Grads } split = Whole;
+  // results copied into the program's values; InputSamples: the same with only the first argument cut, a
+  // convolution's input), a convolution's backward as its input's gradient and its weight's.
+  enum Split : uint8_t { Whole, Rows, Batch, Samples, InputSamples, Grads } split = Whole;
   int parts = 1;
 };
-// convolution_backward's output_mask argument.
+// convolution_backward's output_mask argument, convolution's transposed.
 constexpr size_t kConvolutionBackwardMask = 10;
+constexpr size_t kConvolutionTransposed = 6;
 // The most parts a step is cut into: the device's units beyond two are rare, and each part pays a hand-over.
 constexpr int kMaxStepParts = 2;
 

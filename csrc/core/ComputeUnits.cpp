@@ -133,32 +133,31 @@ namespace {
 std::atomic<int64_t> g_blocks_elsewhere{0};
 } // namespace
 
-int product_row_parts(int64_t rows, int64_t cols, int64_t depth) {
-  constexpr int64_t kMinRowsPerPart = 32;
-  constexpr int64_t kMinWorkPerPart = 1 << 20;  // multiply-adds: about 0.1 ms at one core's BLAS speed
+int block_count(int64_t items, int64_t min_items, int64_t work, int64_t min_work) {
   constexpr int64_t kMaxParts = 2;
-  const int64_t parts = std::min({rows / kMinRowsPerPart, rows * cols * depth / kMinWorkPerPart, kMaxParts});
+  const int64_t parts =
+      std::min({items / std::max<int64_t>(1, min_items), work / std::max<int64_t>(1, min_work), kMaxParts});
   return static_cast<int>(std::max<int64_t>(1, parts));
 }
 
-void run_row_blocks(int64_t rows, int parts, const std::function<void(int64_t lo, int64_t count)>& part) {
+void run_blocks(int64_t items, int parts, const std::function<void(int64_t lo, int64_t count)>& part) {
   const KernelContext* kernel = current_kernel();
   if (parts < 2 || units().count < 2 || kernel == nullptr || kernel->at_call) {
-    part(0, rows);
+    part(0, items);
     return;
   }
   std::atomic<int> next{0};
   const std::thread::id caller = std::this_thread::get_id();
   run_on_compute_units([&] {
     for (int p = next.fetch_add(1); p < parts; p = next.fetch_add(1)) {
-      const int64_t lo = rows * p / parts;
-      part(lo, rows * (p + 1) / parts - lo);
+      const int64_t lo = items * p / parts;
+      part(lo, items * (p + 1) / parts - lo);
       if (std::this_thread::get_id() != caller) g_blocks_elsewhere.fetch_add(1, std::memory_order_relaxed);
     }
   });
 }
 
-int64_t row_blocks_run_by_other_units() {
+int64_t blocks_run_by_other_units() {
   return g_blocks_elsewhere.load(std::memory_order_relaxed);
 }
 

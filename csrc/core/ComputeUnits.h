@@ -13,19 +13,29 @@ namespace my_device {
 // call is rethrown here once every call has returned.
 void run_on_compute_units(const std::function<void()>& work);
 
-// How many row blocks a matrix product of (rows x depth) by (depth x cols) is
-// worth cutting into for the compute units: each must have work enough to pay
-// for a hand-over between threads (a few microseconds). The same cut whether
-// or not a unit turns out free, so the result never depends on which ran it.
-int product_row_parts(int64_t rows, int64_t cols, int64_t depth);
+// How many blocks `items` (a product's rows, a batch's samples) are worth
+// cutting into for the compute units: each block must have `min_items`, and
+// `work` / `min_work` (the kernel's, in whatever unit it counts: a product's
+// multiply-adds, a pooling's elements) enough to pay for a hand-over between
+// threads (a few microseconds). The same cut whether or not a unit turns out
+// free, so the result never depends on which ran it.
+int block_count(int64_t items, int64_t min_items, int64_t work, int64_t min_work);
+// About 0.1 ms at one core's BLAS speed.
+constexpr int64_t kMinMultiplyAddsPerBlock = 1 << 20;
+// A pooling's input elements: about 0.1 ms at the CPU loop's speed.
+constexpr int64_t kMinPooledPerBlock = 1 << 15;
+// A matrix product of (rows x depth) by (depth x cols), cut by rows.
+inline int product_row_parts(int64_t rows, int64_t cols, int64_t depth) {
+  return block_count(rows, 32, rows * cols * depth, kMinMultiplyAddsPerBlock);
+}
 
 // Inside a queued kernel on a device with more than one compute unit: runs
-// `part(lo, count)` over `rows` rows cut into `parts` blocks, each block taken
+// `part(lo, count)` over `items` cut into `parts` blocks, each block taken
 // by whichever of this thread and the free units comes first. Elsewhere (at
-// the call, or one unit) `part(0, rows)` once: no other thread could help.
-void run_row_blocks(int64_t rows, int parts, const std::function<void(int64_t lo, int64_t count)>& part);
+// the call, or one unit) `part(0, items)` once: no other thread could help.
+void run_blocks(int64_t items, int parts, const std::function<void(int64_t lo, int64_t count)>& part);
 // How many blocks another unit than the kernel's own thread has run (for tests).
-int64_t row_blocks_run_by_other_units();
+int64_t blocks_run_by_other_units();
 
 // This thread's intra-op threads (OpenMP's and MKL's settings, which are per
 // thread; ATen's set_num_threads is process-wide) set to `threads` while it

@@ -15,9 +15,13 @@
 #include <c10/core/MemoryFormat.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <array>
 #include <optional>
+#include <utility>
 
 #include "Factory.h"
+#include "core/ComputeUnits.h"
 #include "hostkernel/HostKernel.h"
 #include "hostkernel/MetaCache.h"
 #include "core/KernelArgs.h"
@@ -43,6 +47,21 @@ bool same_dtype_and_device(const at::Tensor& input, const at::Tensor& weight, co
     if (t->scalar_type() != input.scalar_type()) return false;
   }
   return true;
+}
+
+// A convolution's multiply-adds: each element of its output (a transposed
+// one's input) takes one per element of a filter.
+int64_t convolution_work(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, bool transposed) {
+  return (transposed ? input.numel() : out.numel()) * (weight.numel() / std::max<int64_t>(1, weight.size(0)));
+}
+
+// A batch's samples are independent: a queued convolution big enough runs in
+// blocks of samples shared among the device's compute units (the CPU's
+// convolution gives each block's samples the whole batch's bits). An unbatched
+// input, whose first dimension is its channels, runs whole.
+int batch_parts(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, bool transposed) {
+  if (input.dim() != weight.dim()) return 1;
+  return block_count(input.size(0), 1, convolution_work(input, weight, out, transposed), kMinMultiplyAddsPerBlock);
 }
 
 at::Tensor convolution_at_the_call(const at::Tensor& input, const at::Tensor& weight,
@@ -91,9 +110,15 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                 out = held.own(out), stride = stride.vec(), padding = padding.vec(), dilation = dilation.vec(),
                 transposed, output_padding = output_padding.vec(), groups] {
                  HostCall call(out.device().index());
-                 call.to_host(out).copy_(at::convolution(call.to_host(input), call.to_host(weight),
-                                                         call.to_host(bias), stride, padding, dilation,
-                                                         transposed, output_padding, groups));
+                 const at::Tensor host_input = call.to_host(input), host_weight = call.to_host(weight);
+                 const at::Tensor host_out = call.to_host(out);
+                 const std::optional<at::Tensor> host_bias = call.to_host(bias);
+                 run_blocks(host_input.size(0), batch_parts(host_input, weight, out, transposed),
+                            [&](int64_t lo, int64_t samples) {
+                              host_out.narrow(0, lo, samples).copy_(at::convolution(
+                                  host_input.narrow(0, lo, samples), host_weight, host_bias, stride, padding,
+                                  dilation, transposed, output_padding, groups));
+                            });
                });
   return out;
 }
@@ -136,12 +161,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
                 padding = padding.vec(), dilation = dilation.vec(), transposed,
                 output_padding = output_padding.vec(), groups, output_mask] {
                  HostCall call(input.device().index());
-                 auto [hi, hw, hb] = at::convolution_backward(
-                     call.to_host(grad_output), call.to_host(input), call.to_host(weight), bias_sizes, stride,
-                     padding, dilation, transposed, output_padding, groups, output_mask);
-                 if (gi.defined()) call.to_host(gi).copy_(hi);
-                 if (gw.defined()) call.to_host(gw).copy_(hw);
-                 if (gb.defined()) call.to_host(gb).copy_(hb);
+                 const at::Tensor host_grad = call.to_host(grad_output), host_input = call.to_host(input);
+                 const at::Tensor host_weight = call.to_host(weight);
+                 std::array<at::Tensor, 3> host_out;
+                 for (auto [t, h] : {std::pair{&gi, &host_out[0]}, {&gw, &host_out[1]}, {&gb, &host_out[2]}}) {
+                   if (t->defined()) *h = call.to_host(*t);
+                 }
+                 // The input's gradient and the weight's (with the bias's) are two calls of their own on two
+                 // units, when both are asked for and each is work enough; each gets the whole call's bits.
+                 const bool both = output_mask[0] && (output_mask[1] || output_mask[2]);
+                 const int parts = both ? block_count(2, 1, 2 * convolution_work(input, weight, grad_output, transposed),
+                                                      kMinMultiplyAddsPerBlock)
+                                        : 1;
+                 run_blocks(2, parts, [&](int64_t first, int64_t count) {
+                   std::array<bool, 3> mask = output_mask;
+                   if (count == 1) mask = {first == 0 && mask[0], first == 1 && mask[1], first == 1 && mask[2]};
+                   auto [hi, hw, hb] = at::convolution_backward(host_grad, host_input, host_weight, bias_sizes,
+                                                                stride, padding, dilation, transposed, output_padding,
+                                                                groups, mask);
+                   for (auto [h, r] : {std::pair{&host_out[0], &hi}, {&host_out[1], &hw}, {&host_out[2], &hb}}) {
+                     if (h->defined() && r->defined()) h->copy_(*r);
+                   }
+                 });
                });
   return std::make_tuple(gi, gw, gb);
 }

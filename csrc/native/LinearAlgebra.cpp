@@ -24,7 +24,7 @@ namespace my_device::structured {
 // element's sum runs over the same depth in the same order.
 struct mm_in_row_blocks : at::native::structured_mm_out_cpu {
   void impl(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& out) {
-    run_row_blocks(out.size(0), product_row_parts(out.size(0), out.size(1), self.size(1)),
+    run_blocks(out.size(0), product_row_parts(out.size(0), out.size(1), self.size(1)),
                    [&](int64_t lo, int64_t rows) {
                      if (rows == out.size(0)) return structured_mm_out_cpu::impl(self, mat2, out);
                      structured_mm_out_cpu::impl(self.narrow(0, lo, rows), mat2, out.narrow(0, lo, rows));
@@ -36,7 +36,7 @@ struct addmm_in_row_blocks : at::native::structured_addmm_out_cpu {
   void impl(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
             const at::Scalar& alpha, const at::Tensor& out) {
     const int64_t m = out.size(0);
-    run_row_blocks(m, product_row_parts(m, out.size(1), mat1.size(1)), [&](int64_t lo, int64_t rows) {
+    run_blocks(m, product_row_parts(m, out.size(1), mat1.size(1)), [&](int64_t lo, int64_t rows) {
       if (rows == m) return structured_addmm_out_cpu::impl(self, mat1, mat2, beta, alpha, out);
       // (impl() broadcasts the bias to its rows: one with a row per output row gives its block.)
       const at::Tensor bias = self.dim() == 2 && self.size(0) == m && m > 1 ? self.narrow(0, lo, rows) : self;
