@@ -508,13 +508,14 @@ def test_products_into_out_are_queued_with_cpu_results_and_errors():
     torch.testing.assert_close((d @ e).cpu(), a @ b)
 
 
-def test_large_products_convolutions_and_poolings_give_the_same_bits_on_one_compute_unit_or_two(
+def test_large_products_convolutions_poolings_and_attention_give_the_same_bits_on_one_compute_unit_or_two(
         python_subprocess):
-    # A queued product, convolution or max pooling big enough runs in blocks (rows, samples, or a convolution's
-    # two gradients) shared by the device's compute units; its result is the whole call's: the CPU's at one
-    # thread, and at two threads the same whichever units ran it.
+    # A queued product, convolution, max pooling or attention big enough runs in blocks (rows, samples, or a
+    # convolution's two gradients) shared by the device's compute units; its result is the whole call's: the CPU's
+    # at one thread, and at two threads the same whichever units ran it.
     code = """
         import copy, hashlib, torch, my_device
+        import torch.nn.functional as F
         digest = hashlib.sha256()
         for threads in (1, 2):
             torch.set_num_threads(threads)
@@ -553,6 +554,16 @@ def test_large_products_convolutions_and_poolings_give_the_same_bits_on_one_comp
                 y_dev.square().sum().backward()
                 got += [y_dev, x_dev.grad, net_dev[0].weight.grad, net_dev[0].bias.grad]
                 want += [y, x.grad, net[0].weight.grad, net[0].bias.grad]
+            for causal, mask in [(True, None), (False, torch.randn(8, 1, 64, 64)), (False, torch.randn(1, 1, 64, 64))]:
+                qkv = [torch.randn(8, 4, 64, 32, requires_grad=True) for _ in range(3)]
+                qkv_dev = [t.detach().to("mydev").requires_grad_() for t in qkv]
+                y = F.scaled_dot_product_attention(*qkv, attn_mask=mask, is_causal=causal)
+                y_dev = F.scaled_dot_product_attention(*qkv_dev, attn_mask=None if mask is None else mask.to("mydev"),
+                                                       is_causal=causal)
+                y.sum().backward()
+                y_dev.sum().backward()
+                got += [y_dev] + [t.grad for t in qkv_dev]
+                want += [y] + [t.grad for t in qkv]
             for i, (g, w) in enumerate(zip(got, want)):
                 g = g.detach().cpu()
                 if threads == 1:

@@ -235,6 +235,9 @@ std::unique_ptr<Plan> make_plan(const c10::OperatorHandle& op) {
   plan->integer_values_checked = integer_values_checked(schema.name());
   plan->scalar_checks = has_scalar_checks(schema) || (plan->kind == Kind::InPlace && plan->has_generator);
   plan->exact_key = schema.name() == "aten::arange";
+  plan->by_samples = plan->kind == Kind::FunctionalCopy &&
+                     (schema.name() == "aten::_scaled_dot_product_flash_attention_for_cpu" ||
+                      schema.name() == "aten::_scaled_dot_product_flash_attention_for_cpu_backward");
   plan->shape_from_data = shape_from_data(schema.name());
   return plan;
 }

@@ -65,6 +65,10 @@ struct Plan {
   bool shape_from_data = false;
   // Floating arguments shape the outputs (arange): the Meta cache keys on their exact values.
   bool exact_key = false;
+  // Each sample of the batch (the first dimension of every tensor argument and
+  // output) is computed on its own (attention, forward and backward): a queued
+  // call big enough runs in blocks of samples shared among the compute units.
+  bool by_samples = false;
   // Signatures, their Meta answers and whether the CPU kernel confirmed them
   // (see Signature).
   MetaCache meta_cache;

@@ -32,6 +32,7 @@
 #include "HostCall.h"
 #include "MetaCache.h"
 #include "Plan.h"
+#include "core/ComputeUnits.h"
 #include "core/KernelArgs.h"
 #include "core/Launch.h"
 #include "core/TensorImpl.h"
@@ -253,6 +254,37 @@ bool outputs_ready(c10::ArrayRef<c10::IValue> args, const std::vector<size_t>& w
   return true;
 }
 
+// A by_samples call's batch: the first dimension of its outputs and of every
+// tensor argument (one of 1 broadcasts to every sample); 0 where they differ,
+// or where the call draws random numbers (dropout), which a cut would draw in
+// another order.
+int64_t batch_of(const c10::FunctionSchema& schema, const torch::jit::Stack& args,
+                 const std::vector<at::Tensor>& outputs) {
+  if (outputs.empty() || outputs[0].dim() == 0) return 0;
+  for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i) {
+    if (schema.arguments()[i].name() == "dropout_p" && args[i].isDouble() && args[i].toDouble() != 0.0) return 0;
+  }
+  const int64_t batch = outputs[0].size(0);
+  for (const at::Tensor& out : outputs) {
+    if (out.dim() == 0 || out.size(0) != batch) return 0;
+  }
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && (v.toTensor().dim() == 0 || (v.toTensor().size(0) != batch && v.toTensor().size(0) != 1))) {
+      return 0;
+    }
+  }
+  return batch;
+}
+
+// Attention's multiply-adds, about: each query row meets every key row twice
+// (scores, then values) over the head size. (The backward's first two
+// arguments are the output's gradient and the query, both shaped as the query.)
+int attention_parts(const torch::jit::Stack& args, int64_t samples) {
+  const at::Tensor& query = args[0].toTensor();
+  const int64_t keys = args[1].toTensor().dim() >= 2 ? args[1].toTensor().size(-2) : 1;
+  return block_count(samples, 1, 2 * query.numel() * keys, kMinMultiplyAddsPerBlock);
+}
+
 // The queued kernel: the CPU kernel on host aliases of its own references to
 // the arguments and outputs.
 struct QueuedCall {
@@ -277,18 +309,33 @@ struct QueuedCall {
         plan->out_op->redispatchBoxed(cpu, &stack);
         check_geometry(stack, outputs);
         break;
-      case Kind::FunctionalCopy:
-        op.redispatchBoxed(cpu, &stack);
-        // Outputs in the Meta kernel's layout: the copy takes any other, but the
-        // sizes must agree, as the caller already holds the outputs.
-        for (size_t i = 0; i < outputs.size(); ++i) {
-          const at::Tensor& r = stack[i].toTensor();
-          TORCH_CHECK(r.sizes() == outputs[i].sizes() && r.scalar_type() == outputs[i].scalar_type(),
-                      "the CPU kernel gave output ", i, " sizes ", r.sizes(), " and dtype ", r.scalar_type(),
-                      ", the Meta kernel ", outputs[i].sizes(), " and ", outputs[i].scalar_type());
-          call.to_host(outputs[i]).copy_(r);
-        }
+      case Kind::FunctionalCopy: {
+        std::vector<at::Tensor> host_outputs;
+        for (const at::Tensor& out : outputs) host_outputs.push_back(call.to_host(out));
+        const int64_t samples = plan->by_samples ? batch_of(op.schema(), stack, outputs) : 0;
+        run_blocks(samples, samples > 1 ? attention_parts(stack, samples) : 1, [&](int64_t lo, int64_t n) {
+          torch::jit::Stack part = stack;
+          if (n != samples) {
+            for (c10::IValue& v : part) {
+              if (v.isTensor() && v.toTensor().dim() > 0 && v.toTensor().size(0) == samples) {
+                v = v.toTensor().narrow(0, lo, n);
+              }
+            }
+          }
+          op.redispatchBoxed(cpu, &part);
+          // Outputs in the Meta kernel's layout: the copy takes any other, but the
+          // sizes must agree, as the caller already holds the outputs.
+          for (size_t i = 0; i < outputs.size(); ++i) {
+            const at::Tensor& r = part[i].toTensor();
+            const at::Tensor into = n == samples ? host_outputs[i] : host_outputs[i].narrow(0, lo, n);
+            TORCH_CHECK(r.sizes() == into.sizes() && r.scalar_type() == into.scalar_type(), "the CPU kernel gave output ",
+                        i, " sizes ", r.sizes(), " and dtype ", r.scalar_type(), ", the Meta kernel ", into.sizes(),
+                        " and ", into.scalar_type());
+            into.copy_(r);
+          }
+        });
         return;
+      }
       case Kind::Out:
         op.redispatchBoxed(cpu, &stack);
         check_geometry(stack, outputs);
