@@ -3,7 +3,9 @@
 Run: python bench/bench_ops.py [--threads N] [--repeat R]
 Prints one line per case with the median time on each device and the ratio
 mydev/CPU (lower is better; 1.00 is CPU speed). Targets: <=1.3x for
-the 1-element op and the decoding step's small ones, <=1.05x for the large ones."""
+the 1-element op and the decoding step's small ones, <=1.05x for the large ones. The last six are
+the bench models' products, convolutions, pooling and attention, which a second compute unit shares
+(compare with MYDEV_COMPUTE_UNITS=1)."""
 import torch
 
 import my_device  # noqa: F401
@@ -30,6 +32,20 @@ CASES = [
     ("cat (1,8,128)+(1,1,128)", lambda: (torch.randn(1, 8, 128), torch.randn(1, 1, 128)),
      lambda a, b: torch.cat([a, b], 1), 5000),
     ("argmax over 1000 logits", lambda: (torch.randn(1, 1000),), lambda a: a.argmax(-1), 5000),
+    # The bench models' kernels that share the device's second compute unit (MYDEV_COMPUTE_UNITS=1: not).
+    ("linear (512,128) -> 384", lambda: (torch.randn(512, 128), torch.randn(384, 128), torch.randn(384)),
+     torch.nn.functional.linear, 100),
+    ("mm 64x512 @ 512x512", lambda: (torch.randn(64, 512), torch.randn(512, 512)), torch.mm, 100),
+    ("conv2d (8,3,32,32) 3x3 -> 16", lambda: (torch.randn(8, 3, 32, 32), torch.randn(16, 3, 3, 3)),
+     lambda x, w: torch.nn.functional.conv2d(x, w, padding=1), 100),
+    ("conv2d backward (8,16,16,16)", lambda: (torch.randn(8, 32, 16, 16), torch.randn(8, 16, 16, 16),
+                                              torch.randn(32, 16, 3, 3)),
+     lambda g, x, w: torch.ops.aten.convolution_backward(g, x, w, [32], [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                                         [True, True, True]), 50),
+    ("max_pool2d (8,16,32,32)", lambda: (torch.randn(8, 16, 32, 32),),
+     lambda x: torch.nn.functional.max_pool2d(x, 2), 50),
+    ("attention (8,4,64,32) causal", lambda: tuple(torch.randn(8, 4, 64, 32) for _ in range(3)),
+     lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), 100),
 ]
 
 
