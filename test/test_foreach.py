@@ -220,8 +220,10 @@ def test_calls_the_fast_path_cannot_serve_take_the_former_paths(name):
         _assert_same(got, want)
 
 
-@pytest.mark.parametrize("shape", [(4, 8), (128, 160)], ids=["small", "leased"])
+@pytest.mark.parametrize("shape", [(4, 8), (128, 160), (512, 600)], ids=["small", "leased", "two blocks"])
 def test_lists_whose_tensors_alias_run_in_list_order_like_cpu(shape):
+    # ("two blocks": lists big enough to run in two blocks of entries on the compute units, which entries that
+    # share memory must not)
     def calls(x, y):
         torch._foreach_mul_([x, x, y], [2.0, 3.0, 0.5])
         torch._foreach_add_([x, y], [y, x])  # y += the x just written
@@ -398,3 +400,22 @@ def test_fast_path_and_optimizer_steps_in_strict_mode(python_subprocess):
         print("ok")
     """, env={"MYDEV_STRICT": "1"}, timeout=300)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr[-3000:]
+
+
+def test_entries_that_share_memory_never_run_side_by_side():
+    # A list big enough runs in two blocks of entries on the compute units, unless an entry writes memory
+    # another one reads: here y's first row reads x's first column, every row of the x the first entry writes.
+    x, y = torch.randn(640, 640), torch.randn(640, 640)
+    want_x, want_y = x.clone(), y.clone()
+    torch._foreach_add_([want_x, want_y], [want_y, want_x.t()])
+    for _ in range(10):
+        xd, yd = x.to("mydev"), y.to("mydev")
+        torch._foreach_add_([xd, yd], [yd, xd.t()])
+        assert torch.equal(xd.cpu(), want_x) and torch.equal(yd.cpu(), want_y)
+    # Entries without shared memory do share the units, with the CPU's bits.
+    lists = [[torch.randn(640, 640) for _ in range(2)] for _ in range(2)]
+    before = my_device._C._test_blocks_run_by_other_units()
+    for _ in range(10):
+        got = torch._foreach_mul([t.to("mydev") for t in lists[0]], [t.to("mydev") for t in lists[1]])
+        assert all(torch.equal(g.cpu(), a * b) for g, a, b in zip(got, *lists))
+    assert my_device._C._test_blocks_run_by_other_units() > before

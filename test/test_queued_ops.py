@@ -508,11 +508,10 @@ def test_products_into_out_are_queued_with_cpu_results_and_errors():
     torch.testing.assert_close((d @ e).cpu(), a @ b)
 
 
-def test_large_products_convolutions_poolings_and_attention_give_the_same_bits_on_one_compute_unit_or_two(
-        python_subprocess):
-    # A queued product, convolution, max pooling or attention big enough runs in blocks (rows, samples, or a
-    # convolution's two gradients) shared by the device's compute units; its result is the whole call's: the CPU's
-    # at one thread, and at two threads the same whichever units ran it.
+def test_large_kernels_give_the_same_bits_on_one_compute_unit_or_two(python_subprocess):
+    # A queued product, convolution, max pooling, attention or foreach kernel big enough runs in blocks (rows,
+    # samples, a convolution's two gradients, a list's entries) shared by the device's compute units; its result
+    # is the whole call's: the CPU's at one thread, and at two threads the same whichever units ran it.
     code = """
         import copy, hashlib, torch, my_device
         import torch.nn.functional as F
@@ -564,6 +563,18 @@ def test_large_products_convolutions_poolings_and_attention_give_the_same_bits_o
                 y_dev.sum().backward()
                 got += [y_dev] + [t.grad for t in qkv_dev]
                 want += [y] + [t.grad for t in qkv]
+            # an optimizer's foreach kernels over 0.5M parameters: two blocks of entries
+            net = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Tanh(), torch.nn.Linear(512, 512))
+            net_dev = copy.deepcopy(net).to("mydev")
+            opts = [torch.optim.AdamW(n.parameters(), lr=0.01, foreach=True) for n in (net, net_dev)]
+            x = torch.randn(16, 512)
+            for _ in range(3):
+                for n, opt, inp in zip((net, net_dev), opts, (x, x.to("mydev"))):
+                    opt.zero_grad()
+                    n(inp).square().mean().backward()
+                    opt.step()
+            got += list(net_dev.parameters())
+            want += list(net.parameters())
             for i, (g, w) in enumerate(zip(got, want)):
                 g = g.detach().cpu()
                 if threads == 1:
