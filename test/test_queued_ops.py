@@ -540,7 +540,11 @@ def test_large_kernels_give_the_same_bits_on_one_compute_unit_or_two(python_subp
                 want += [x.grad, lin.weight.grad]
             for conv, shape, channels_last in [(torch.nn.Conv2d(3, 16, 3, padding=1), (8, 3, 32, 32), False),
                                                (torch.nn.Conv2d(16, 32, 3, padding=1, groups=4), (8, 16, 16, 16), True),
-                                               (torch.nn.ConvTranspose2d(16, 8, 3, stride=2), (8, 16, 16, 16), False)]:
+                                               (torch.nn.ConvTranspose2d(16, 8, 3, stride=2), (8, 16, 16, 16), False),
+                                               # (halves of these batches would take another algorithm than the
+                                               # whole: they run whole)
+                                               (torch.nn.Conv2d(64, 32, 1), (16, 64, 32, 32), False),
+                                               (torch.nn.Conv2d(64, 64, 3, padding=1), (2, 64, 16, 16), False)]:
                 net = torch.nn.Sequential(conv, torch.nn.ReLU(), torch.nn.MaxPool2d(2, ceil_mode=True))
                 x = torch.randn(shape, requires_grad=True)
                 if channels_last:
@@ -548,19 +552,28 @@ def test_large_kernels_give_the_same_bits_on_one_compute_unit_or_two(python_subp
                         memory_format=torch.channels_last).requires_grad_()
                 net_dev = copy.deepcopy(net).to("mydev")
                 x_dev = x.detach().to("mydev").requires_grad_()
-                y, y_dev = net(x), net_dev(x_dev)
+                y = net(x)
                 y.square().sum().backward()
-                y_dev.square().sum().backward()
+                for _ in range(2):  # (a signature's first call runs at the call, whole; later ones are queued)
+                    for t in [x_dev, *net_dev.parameters()]:
+                        t.grad = None
+                    y_dev = net_dev(x_dev)
+                    y_dev.square().sum().backward()
                 got += [y_dev, x_dev.grad, net_dev[0].weight.grad, net_dev[0].bias.grad]
                 want += [y, x.grad, net[0].weight.grad, net[0].bias.grad]
-            for causal, mask in [(True, None), (False, torch.randn(8, 1, 64, 64)), (False, torch.randn(1, 1, 64, 64))]:
-                qkv = [torch.randn(8, 4, 64, 32, requires_grad=True) for _ in range(3)]
+            for shape, causal, mask in [((8, 4, 64, 32), True, None), ((8, 4, 64, 32), False, torch.randn(8, 1, 64, 64)),
+                                        ((8, 4, 64, 32), False, torch.randn(1, 1, 64, 64)),
+                                        ((64, 1, 64, 32), False, torch.randn(64, 64))]:  # (a 2-D mask: not cut)
+                qkv = [torch.randn(shape, requires_grad=True) for _ in range(3)]
                 qkv_dev = [t.detach().to("mydev").requires_grad_() for t in qkv]
                 y = F.scaled_dot_product_attention(*qkv, attn_mask=mask, is_causal=causal)
-                y_dev = F.scaled_dot_product_attention(*qkv_dev, attn_mask=None if mask is None else mask.to("mydev"),
-                                                       is_causal=causal)
                 y.sum().backward()
-                y_dev.sum().backward()
+                for _ in range(2):
+                    for t in qkv_dev:
+                        t.grad = None
+                    y_dev = F.scaled_dot_product_attention(*qkv_dev, is_causal=causal,
+                                                           attn_mask=None if mask is None else mask.to("mydev"))
+                    y_dev.sum().backward()
                 got += [y_dev] + [t.grad for t in qkv_dev]
                 want += [y] + [t.grad for t in qkv]
             # an optimizer's foreach kernels over 0.5M parameters: two blocks of entries

@@ -28,6 +28,7 @@
 #include "core/KernelArgs.h"
 #include "core/Launch.h"
 #include "core/Stream.h"
+#include "native/Convolution.h"
 #include "native/Factory.h"
 #include "native/hostkernel/HostKernel.h"
 
@@ -1082,8 +1083,9 @@ void Program::choose_parts(Step& st) const {
     const int64_t m = out.sizes.empty() ? 0 : out.sizes[0];
     if (m < 2 || st.slots.empty() || graph_.values[st.slots[0].values[0]].meta.numel() < min_elements) return false;
     for (const Step::Slot& slot : st.slots) {
+      // (A 2-D attention mask, (queries, keys), broadcasts over the samples, whatever its first size.)
       const TensorMeta& t = graph_.values[slot.values[0]].meta;
-      if (t.sizes.empty() || t.sizes[0] != m) return false;
+      if (t.sizes.size() < 3 || t.sizes[0] != m) return false;
     }
     for (int v : st.outputs) {
       if (v >= 0 && (graph_.values[v].meta.sizes.empty() || graph_.values[v].meta.sizes[0] != m ||
@@ -1467,7 +1469,17 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       // into the program's values, which the first part to finish creates where the program does not give them.
       std::vector<c10::IValue> stack = arguments(st);
       const int64_t m = graph_.values[st.outputs[0]].meta.sizes[0];
-      const int64_t lo = m * part / st.parts, rows = m * (part + 1) / st.parts - lo;
+      int64_t lo = m * part / st.parts, rows = m * (part + 1) / st.parts - lo;
+      // A convolution whose blocks would take another algorithm than the whole batch runs whole, in part 0.
+      if (st.split == Step::InputSamples &&
+          convolution_sample_parts(stack[0].toTensor(), stack[1].toTensor(), stack[2].toOptional<at::Tensor>(),
+                                   stack[3].toIntVector(), stack[4].toIntVector(), stack[5].toIntVector(),
+                                   stack[kConvolutionTransposed].toBool(), stack[7].toIntVector(), stack[8].toInt(),
+                                   graph_.values[st.outputs[0]].meta.numel()) < st.parts) {
+        if (part != 0) return;
+        lo = 0;
+        rows = m;
+      }
       for (const Step::Slot& slot : st.slots) {
         stack[slot.index] = stack[slot.index].toTensor().narrow(0, lo, rows);
         if (st.split == Step::InputSamples) break;

@@ -29,10 +29,11 @@ inline int product_row_parts(int64_t rows, int64_t cols, int64_t depth) {
   return block_count(rows, 32, rows * cols * depth, kMinMultiplyAddsPerBlock);
 }
 
-// Inside a queued kernel on a device with more than one compute unit: runs
-// `part(lo, count)` over `items` cut into `parts` blocks, each block taken
-// by whichever of this thread and the free units comes first. Elsewhere (at
-// the call, or one unit) `part(0, items)` once: no other thread could help.
+// Inside a kernel of one intra-op thread on a device with more than one
+// compute unit: runs `part(lo, count)` over `items` cut into `parts` blocks,
+// each block taken by whichever of this thread and the free units comes
+// first. Otherwise (one unit, a kernel of more threads, or one run by
+// launch_if_idle on the caller's thread) `part(0, items)` once.
 void run_blocks(int64_t items, int parts, const std::function<void(int64_t lo, int64_t count)>& part);
 // How many blocks another unit than the kernel's own thread has run (for tests).
 int64_t blocks_run_by_other_units();

@@ -10,6 +10,7 @@
 // convolution runs on the worker and copies its results into them. The copy is
 // the price of the CPU convolution having no out= form. Other dtypes run at the
 // call.
+#include <ATen/native/ConvUtils.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <c10/core/MemoryFormat.h>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <utility>
 
+#include "Convolution.h"
 #include "Factory.h"
 #include "core/ComputeUnits.h"
 #include "hostkernel/HostKernel.h"
@@ -51,18 +53,34 @@ bool same_dtype_and_device(const at::Tensor& input, const at::Tensor& weight, co
 
 // A convolution's multiply-adds: each element of its output (a transposed
 // one's input) takes one per element of a filter.
-int64_t convolution_work(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, bool transposed) {
-  return (transposed ? input.numel() : out.numel()) * (weight.numel() / std::max<int64_t>(1, weight.size(0)));
+int64_t convolution_work(const at::Tensor& input, const at::Tensor& weight, int64_t out_numel, bool transposed) {
+  return (transposed ? input.numel() : out_numel) * (weight.numel() / std::max<int64_t>(1, weight.size(0)));
 }
 
-// A batch's samples are independent: a queued convolution big enough runs in
-// blocks of samples shared among the device's compute units (the CPU's
-// convolution gives each block's samples the whole batch's bits). An unbatched
-// input, whose first dimension is its channels, runs whole.
-int batch_parts(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, bool transposed) {
+} // namespace
+
+int convolution_sample_parts(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                             c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                             bool transposed, c10::IntArrayRef output_padding, int64_t groups, int64_t out_numel) {
   if (input.dim() != weight.dim()) return 1;
-  return block_count(input.size(0), 1, convolution_work(input, weight, out, transposed), kMinMultiplyAddsPerBlock);
+  const int parts =
+      block_count(input.size(0), 1, convolution_work(input, weight, out_numel, transposed), kMinMultiplyAddsPerBlock);
+  if (parts < 2) return 1;
+  auto backend = [&](int64_t samples) {
+    return at::native::select_conv_backend(
+        input.narrow(0, 0, samples), weight, bias, c10::fromIntArrayRefSlow(stride),
+        c10::fromIntArrayRefSlow(padding), c10::fromIntArrayRefSlow(dilation), transposed,
+        c10::fromIntArrayRefSlow(output_padding), c10::SymInt(groups), std::nullopt);
+  };
+  const int64_t n = input.size(0);
+  const auto whole = backend(n);
+  for (int p = 0; p < parts; ++p) {
+    if (backend(n * (p + 1) / parts - n * p / parts) != whole) return 1;
+  }
+  return parts;
 }
+
+namespace {
 
 at::Tensor convolution_at_the_call(const at::Tensor& input, const at::Tensor& weight,
                                    const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
@@ -113,12 +131,18 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                  const at::Tensor host_input = call.to_host(input), host_weight = call.to_host(weight);
                  const at::Tensor host_out = call.to_host(out);
                  const std::optional<at::Tensor> host_bias = call.to_host(bias);
-                 run_blocks(host_input.size(0), batch_parts(host_input, weight, out, transposed),
-                            [&](int64_t lo, int64_t samples) {
-                              host_out.narrow(0, lo, samples).copy_(at::convolution(
-                                  host_input.narrow(0, lo, samples), host_weight, host_bias, stride, padding,
-                                  dilation, transposed, output_padding, groups));
-                            });
+                 // A batch's samples are independent: a convolution big enough runs in blocks of samples on
+                 // the device's compute units, each block with the whole batch's bits.
+                 const int64_t n = host_input.size(0);
+                 const int parts = convolution_sample_parts(host_input, host_weight, host_bias, stride, padding,
+                                                            dilation, transposed, output_padding, groups, out.numel());
+                 run_blocks(n, parts, [&](int64_t lo, int64_t samples) {
+                   const bool whole = samples == n;  // (and an unbatched input's first dimension is its channels)
+                   (whole ? host_out : host_out.narrow(0, lo, samples))
+                       .copy_(at::convolution(whole ? host_input : host_input.narrow(0, lo, samples), host_weight,
+                                              host_bias, stride, padding, dilation, transposed, output_padding,
+                                              groups));
+                 });
                });
   return out;
 }
@@ -169,8 +193,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
                  }
                  // The input's gradient and the weight's (with the bias's) are two calls of their own on two
                  // units, when both are asked for and each is work enough; each gets the whole call's bits.
-                 const bool both = output_mask[0] && (output_mask[1] || output_mask[2]);
-                 const int parts = both ? block_count(2, 1, 2 * convolution_work(input, weight, grad_output, transposed),
+                 const bool both = output_mask[0] && output_mask[1];  // (the bias's alone is a sum)
+                 const int parts = both ? block_count(2, 1, 2 * convolution_work(input, weight, grad_output.numel(),
+                                                                                 transposed),
                                                       kMinMultiplyAddsPerBlock)
                                         : 1;
                  run_blocks(2, parts, [&](int64_t first, int64_t count) {

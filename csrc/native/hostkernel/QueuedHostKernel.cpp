@@ -254,8 +254,8 @@ bool outputs_ready(c10::ArrayRef<c10::IValue> args, const std::vector<size_t>& w
   return true;
 }
 
-// A by_samples call's batch: the first dimension of its outputs and of every
-// tensor argument (one of 1 broadcasts to every sample); 0 where they differ,
+// A by_samples call's batch: the first dimension of its outputs and of its
+// batched tensor arguments (one of 1 broadcasts to every sample); 0 where they differ,
 // or where the call draws random numbers (dropout), which a cut would draw in
 // another order.
 int64_t batch_of(const c10::FunctionSchema& schema, const torch::jit::Stack& args,
@@ -268,10 +268,14 @@ int64_t batch_of(const c10::FunctionSchema& schema, const torch::jit::Stack& arg
   for (const at::Tensor& out : outputs) {
     if (out.dim() == 0 || out.size(0) != batch) return 0;
   }
+  // Tensors of three dimensions or more have the batch first (queries, keys, values, results, log-sum-exps, a
+  // 4-D mask) or 1; a 2-D mask, (queries, keys), broadcasts over the batch and is never cut; a call with a
+  // tensor of fewer dimensions is not cut at all.
   for (const c10::IValue& v : args) {
-    if (v.isTensor() && (v.toTensor().dim() == 0 || (v.toTensor().size(0) != batch && v.toTensor().size(0) != 1))) {
+    if (v.isTensor() && v.toTensor().dim() >= 3 && v.toTensor().size(0) != batch && v.toTensor().size(0) != 1) {
       return 0;
     }
+    if (v.isTensor() && v.toTensor().dim() < 2) return 0;
   }
   return batch;
 }
@@ -317,7 +321,7 @@ struct QueuedCall {
           torch::jit::Stack part = stack;
           if (n != samples) {
             for (c10::IValue& v : part) {
-              if (v.isTensor() && v.toTensor().dim() > 0 && v.toTensor().size(0) == samples) {
+              if (v.isTensor() && v.toTensor().dim() >= 3 && v.toTensor().size(0) == samples) {
                 v = v.toTensor().narrow(0, lo, n);
               }
             }
