@@ -498,6 +498,9 @@ def test_products_into_out_are_queued_with_cpu_results_and_errors():
             torch.mm(d, e, out=torch.empty(96, 80, dtype=torch.float64, device="mydev"))
         with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
             torch.addmm(bias.to("mydev"), d, e, out=torch.empty(96, 80))
+        for product in (lambda out: torch.mm(d, e, out=out), lambda out: torch.addmm(bias.to("mydev"), d, e, out=out)):
+            with pytest.raises(RuntimeError, match="single memory location"):
+                product(torch.empty(1, 80, device="mydev").expand(96, 80))
     torch.mydev.synchronize()  # nothing left to report
     # An out that is an operand: what the CPU's kernel makes of it.
     sq = torch.randn(64, 64)

@@ -5,6 +5,7 @@
 
 #include "core/ComputeUnits.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/addmm_native.h>
 #include <ATen/ops/bmm.h>
@@ -98,6 +99,7 @@ bool shares_memory(const at::Tensor& out, std::initializer_list<const at::Tensor
 
 at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
   check_same_device("mm", {{"self", self}, {"mat2", mat2}, {"out", out}});
+  at::assert_no_internal_overlap(out);  // (the CPU kernel's check, which a queued call would make on the worker)
   if (!queueable(self) || shares_memory(out, {&self, &mat2})) {
     run_host_kernel("aten::mm.out", self, mat2, out);
     return out;
@@ -108,6 +110,7 @@ at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& o
 at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
                       const at::Scalar& alpha, at::Tensor& out) {
   check_same_device("addmm", {{"self", self}, {"mat1", mat1}, {"mat2", mat2}, {"out", out}});
+  at::assert_no_internal_overlap(out);
   if (!queueable(mat1) || shares_memory(out, {&self, &mat1, &mat2})) {
     run_host_kernel("aten::addmm.out", self, mat1, mat2, beta, alpha, out);
     return out;
