@@ -318,14 +318,17 @@ struct QueuedCall {
         for (const at::Tensor& out : outputs) host_outputs.push_back(call.to_host(out));
         const int64_t samples = plan->by_samples ? batch_of(op.schema(), stack, outputs) : 0;
         run_blocks(samples, samples > 1 ? attention_parts(stack, samples) : 1, [&](int64_t lo, int64_t n) {
-          torch::jit::Stack part = stack;
+          // (A call run whole, as nearly every one is, uses the stack as it is: no copy of its arguments.)
+          torch::jit::Stack cut;
           if (n != samples) {
-            for (c10::IValue& v : part) {
+            cut = stack;
+            for (c10::IValue& v : cut) {
               if (v.isTensor() && v.toTensor().dim() >= 3 && v.toTensor().size(0) == samples) {
                 v = v.toTensor().narrow(0, lo, n);
               }
             }
           }
+          torch::jit::Stack& part = n == samples ? stack : cut;
           op.redispatchBoxed(cpu, &part);
           // Outputs in the Meta kernel's layout: the copy takes any other, but the
           // sizes must agree, as the caller already holds the outputs.
