@@ -273,6 +273,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // The intra-op threads of kernels this thread launches (core/ComputeUnits.h).
   m.def("_kernel_intra_op_threads", &kernel_intra_op_threads);
   m.def("_test_blocks_run_by_other_units", &blocks_run_by_other_units);
+  // The team size Inductor writes mydev's kernels for, 0 for none (core/ComputeUnits.h).
+  m.def("_kernel_team_threads", &kernel_team_threads);
+  m.def("_test_team_thread_counts", &team_thread_counts);
   // bench/bench_launch.py --breakdown: turns the host kernel's stage timing on
   // or off and returns the totals since the last call (ns per stage, calls).
   m.def("_host_kernel_breakdown", [](bool enable) {

@@ -2,6 +2,7 @@
 Inductor, queued on mydev streams; against eager mydev and CPU."""
 import contextlib
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from torch._inductor.utils import fresh_cache, run_and_get_code
 
 import my_device
 from my_device import ops
+from my_device.inductor.kernels import written_for
 from test_compiler import (  # noqa: F401  (_fresh_dynamo: a fixture)
     _fresh_dynamo,
     check_dynamic_compiles_once,
@@ -480,7 +482,86 @@ def test_kernels_are_written_for_the_kernels_thread_count():
         torch.testing.assert_close(out.cpu(), (x.sin() + 1).sum(0), rtol=1e-5, atol=1e-3)  # (summed in another order)
         parallel[device] = "#pragma omp parallel" in "\n".join(codes)
     torch._dynamo.reset()
-    assert parallel == {"cpu": torch.get_num_threads() > 1, DEV: my_device._C._kernel_intra_op_threads() > 1}
+    assert parallel == {"cpu": torch.get_num_threads() > 1, DEV: written_for() > 1}
+
+
+def _regions(x, y, index):
+    # Parallel regions of several loops with waits between them, reductions over the parallel dimension (an
+    # accumulator a team thread), single blocks, a scan, an argmax, a scatter (its index a permutation: atomic
+    # adds into one element would take the threads' order).
+    s = x.sum(1, keepdim=True)
+    return ((x - s).relu() * y, x.amax(0), x.sum(), nn.functional.max_pool2d(y.view(1, 1, *y.shape), 2),
+            x.cumsum(0), x.argmax(1), x.var(0), torch.softmax(y, 1),
+            torch.zeros(x.shape[0] + 7, device=x.device).index_add(0, index, y[:, 0]))
+
+
+@contextlib.contextmanager
+def _kernels_of_one_intra_op_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        team = my_device._C._kernel_team_threads()
+        if team < 2:
+            pytest.skip("MYDEV_COMPUTE_UNITS=1: the device's kernels run no teams")
+        yield team
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _cpu_written_for(team, *args):
+    torch._dynamo.reset()
+    with fresh_cache(), torch._inductor.config.patch({"cpp.threads": team}):
+        return torch.compile(_regions)(*args)
+
+
+def test_parallel_regions_run_as_teams_on_the_compute_units_with_the_cpus_bits():
+    # With kernels of one intra-op thread, mydev's kernels are written for a team of the device's compute units
+    # (my_device/inductor/kernel_team.h): the CPU's bits for a kernel written for as many threads, whichever
+    # unit ran each team thread; the other unit runs some.
+    import subprocess
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    x, y, index = torch.randn(4096, 256), torch.randn(4096, 256), torch.randperm(4096)
+    with _kernels_of_one_intra_op_thread() as team:
+        expected = _cpu_written_for(team, x, y, index)
+        torch._dynamo.reset()
+        before = my_device._C._test_team_thread_counts()
+        with fresh_cache():
+            g = torch.compile(_regions)
+            args = (x.to(DEV), y.to(DEV), index.to(DEV))
+            for call in range(10):
+                for out, ref in zip(g(*args), expected):
+                    assert torch.equal(out.cpu(), ref), call
+            # No kernel left an OpenMP entry point to libgomp, which would run a region as a team of its own.
+            libraries = sorted(str(p) for p in Path(cache_dir()).rglob("*.so"))
+            assert libraries
+            for library in libraries:
+                imported = subprocess.run(["nm", "-D", "--undefined-only", library], capture_output=True,
+                                          text=True, check=True).stdout
+                assert not re.search(r"\b(GOMP_|omp_)", imported), (library, imported)
+        after = my_device._C._test_team_thread_counts()
+    assert after[0] > before[0]
+
+
+def test_team_threads_run_on_the_kernels_thread_alone_give_the_same_bits(monkeypatch):
+    # Every team thread on the calling thread, switched at each wait (no unit free): the same bits.
+    x, y, index = torch.randn(1024, 256), torch.randn(1024, 256), torch.randperm(1024)
+
+    def run_here(entry, name, *args):
+        torch.mydev.synchronize()  # (the kernel now runs outside stream order)
+        my_device._C._inductor._test_run_here(entry, name, *args)
+
+    with _kernels_of_one_intra_op_thread() as team:
+        expected = _cpu_written_for(team, x, y, index)
+        torch._dynamo.reset()
+        monkeypatch.setattr(my_device._C._inductor, "launch", run_here)
+        before = my_device._C._test_team_thread_counts()
+        with fresh_cache():
+            outs = torch.compile(_regions)(x.to(DEV), y.to(DEV), index.to(DEV))
+        after = my_device._C._test_team_thread_counts()
+    for out, ref in zip(outs, expected):
+        assert torch.equal(out.cpu(), ref)
+    assert after[0] == before[0] and after[1] > before[1]
 
 
 def test_thread_count_in_the_key_still_needed(python_subprocess):

@@ -164,6 +164,16 @@ int64_t blocks_run_by_other_units() {
   return g_blocks_elsewhere.load(std::memory_order_relaxed);
 }
 
+int kernel_team_threads() {
+  return units().count > 1 && kernel_intra_op_threads() == 1 ? units().count : 0;
+}
+
+std::pair<uint64_t, uint64_t> team_thread_counts() {
+  unsigned long long elsewhere = 0, switched = 0;
+  MYDEV_CHECK(mydevGetTeamCounts(&elsewhere, &switched));
+  return {elsewhere, switched};
+}
+
 SideBySide side_by_side_asked() {
   if (!units().asked) return SideBySide::Decide;
   return units().count > 1 ? SideBySide::Always : SideBySide::Never;

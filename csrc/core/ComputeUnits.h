@@ -2,6 +2,7 @@
 // A kernel's work shared among the device's compute units.
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 namespace my_device {
 
@@ -67,6 +68,16 @@ class IntraOpThreads {
 // waiting host, or a graph replay. MYDEV_KERNEL_THREADS=torch keeps torch's
 // setting as it is (the CPU's bits at every setting, at that cost).
 int kernel_intra_op_threads();
+
+// The team size Inductor's kernels for this device are written for when their
+// OpenMP regions run as teams on its compute units (my_device/inductor/
+// kernel_team.h): the units, when a kernel launched from this thread has one
+// intra-op thread and the device more than one unit; otherwise 0, and a
+// region runs on libgomp with the kernel's intra-op threads.
+int kernel_team_threads();
+// Team threads run so far on another unit than their kernel's thread, and on
+// that thread besides its own (for tests).
+std::pair<uint64_t, uint64_t> team_thread_counts();
 
 // How work that could run side by side should: on every unit always, never
 // (one unit), or as the caller's own timing decides (the device's default).

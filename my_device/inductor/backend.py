@@ -13,6 +13,7 @@ from torch._inductor.custom_graph_pass import CustomGraphModulePass, get_hash_fo
 from torch._inductor import config
 from torch._inductor.codegen.cpp import CppScheduling
 
+from . import kernels
 from .cpp_wrapper import MydevCppWrapperCodegen  # noqa: F401  (torch.mydev.CppWrapperCodegen)
 from .device_op_overrides import MydevDeviceOpOverrides
 from .wrapper import MydevPythonWrapperCodegen  # noqa: F401  (torch.mydev.PythonWrapperCodegen)
@@ -20,9 +21,11 @@ from .wrapper import MydevPythonWrapperCodegen  # noqa: F401  (torch.mydev.Pytho
 
 class MydevScheduling(CppScheduling):
     """Inductor's C++ scheduling; mydev's kernels differ in how they are compiled and launched, which the
-    wrapper decides, and in the intra-op threads they are written for: those of mydev's kernels
-    (my_device._C._kernel_intra_op_threads, one fewer than the cores when torch's setting asks for them all),
-    as a generated kernel names its OpenMP team's size (`num_threads`) rather than taking the thread's."""
+    wrapper decides, and in the thread count they are written for (a generated kernel names its OpenMP team's
+    size, `num_threads`, rather than taking the thread's): the device's compute units when its kernels have one
+    intra-op thread (their parallel regions then run as teams on the units: kernel_team.h), otherwise the intra-op
+    threads of mydev's kernels (my_device._C._kernel_intra_op_threads, one fewer than the cores when torch's
+    setting asks for them all)."""
 
     def codegen_node(self, node):
         with _kernel_threads():
@@ -38,7 +41,7 @@ def _kernel_threads():
     set, or when kernels read the thread's count at run time (config.cpp.dynamic_threads)."""
     if config.cpp.threads >= 1 or config.cpp.dynamic_threads:
         return contextlib.nullcontext()
-    return config.patch({"cpp.threads": _C._kernel_intra_op_threads()})
+    return config.patch({"cpp.threads": kernels.written_for()})
 
 
 # Inductor's FX wrapper (config.fx_wrapper) is device-generic; registering it
@@ -477,8 +480,9 @@ class CodegenKey(CustomGraphModulePass):
         # 2 threads was served to a process running 6, which wrote past its accumulators and crashed.
         # test_inductor.py::test_thread_count_in_the_key_still_needed fails once torch keys mydev graphs too.
         if config.cpp.threads < 1 and not config.cpp.dynamic_threads:
-            key += b"threads=%d" % _C._kernel_intra_op_threads()
-        return key
+            key += b"threads=%d" % kernels.written_for()
+        # Whether the regions run as teams on the device's units or on libgomp: the kernel's source differs.
+        return key + b"teams=%d" % kernels.team_threads()
 
     @staticmethod
     @functools.cache

@@ -31,7 +31,7 @@ from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 from torch._inductor.codegen.wrapper import WrapperLine
 from torch._inductor.virtualized import V
 
-from .kernels import PRELUDE, unpack_argument
+from .kernels import prelude, unpack_argument
 
 # Written once into every generated wrapper that uses mydev.
 _LAUNCH_HELPER = r"""
@@ -203,7 +203,7 @@ class MydevCppWrapperCodegen(CppWrapperCpu):
         if "mydev" not in self.included_devices:
             self.included_devices.add("mydev")
             self.header.splice(_LAUNCH_HELPER)
-            self.header.splice(PRELUDE)
+            self.header.splice(prelude())
 
     def codegen_device(self, device):
         if device.type == "mydev" and getattr(self, "_weights_on_host", False):

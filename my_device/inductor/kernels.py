@@ -21,9 +21,32 @@ from .. import _C
 
 ENTRY = "mydev_entry"
 
+
+def _header(name: str) -> str:
+    return Path(__file__).with_name(name).read_text().replace("#pragma once\n", "")
+
+
 # Faster at::vec paths every mydev kernel is compiled with (the header says why).
 # Its text goes into each kernel's source, so the code cache keys on it.
-PRELUDE = Path(__file__).with_name("kernel_prelude.h").read_text().replace("#pragma once\n", "")
+_VEC_PRELUDE = _header("kernel_prelude.h")
+# OpenMP's entry points, taken by the device's compute units (the header says why).
+_TEAM_PRELUDE = _header("kernel_team.h")
+
+
+def team_threads() -> int:
+    """The team size of the kernels this thread compiles, when their parallel regions run as teams on the
+    device's compute units (kernel_team.h); 0 when they run on libgomp with the kernels' intra-op threads."""
+    return _C._kernel_team_threads()
+
+
+def written_for() -> int:
+    """The thread count mydev's kernels are written for (their regions' num_threads)."""
+    return team_threads() or _C._kernel_intra_op_threads()
+
+
+def prelude() -> str:
+    """What goes before each kernel's source, as this thread compiles it."""
+    return _VEC_PRELUDE + (_TEAM_PRELUDE if team_threads() else "")
 
 
 def unpack_argument(index: int, cpp_type: str) -> str:
@@ -91,7 +114,7 @@ class KernelCodeCache(CppCodeCache):
 
 def cpp_kernel(async_compile: AsyncCompile, name: str, arg_types: list[str], source: str):
     """What a generated mydev wrapper calls in place of async_compile.cpp_pybinding."""
-    source = PRELUDE + source + entry_point(arg_types)
+    source = prelude() + source + entry_point(arg_types)
     from torch._inductor.async_compile import get_compile_threads
 
     if get_compile_threads() <= 1:

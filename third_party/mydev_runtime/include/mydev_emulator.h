@@ -5,13 +5,15 @@
  * On the emulator a kernel is a host function run by a stream's worker thread
  * on host-addressable device memory. These calls serve that model: launching
  * with flags that let a short kernel run at the call, the calling thread
- * running a task itself, a task's work shared among compute units, inline
- * launches in stream order, kernel addresses and
- * strict mode, the launch-blocking query, a wait that leaves errors pending,
- * and a test hook. A real driver has no counterpart for them; a port does not
- * implement this header but rewrites the integration files that include it
- * (docs/porting.md lists them: csrc/core/Launch.h, csrc/core/Allocator.cpp,
- * csrc/core/ComputeUnits.cpp, csrc/native/hostkernel/HostCall.cpp, csrc/Module.cpp).
+ * running a task itself, a task's work shared among compute units or run as a
+ * team of threads that wait for each other, inline launches in stream order,
+ * kernel addresses and strict mode, the launch-blocking query, a wait that
+ * leaves errors pending, and a test hook. A real driver has no counterpart for
+ * them; a port does not implement this header but rewrites the integration
+ * files that use it (docs/porting.md lists them: csrc/core/Launch.h,
+ * csrc/core/Allocator.cpp, csrc/core/ComputeUnits.cpp,
+ * csrc/native/hostkernel/HostCall.cpp, csrc/Module.cpp, and
+ * my_device/inductor/kernel_team.h, which finds the team calls at run time).
  */
 #ifndef MYDEV_EMULATOR_H
 #define MYDEV_EMULATOR_H
@@ -78,6 +80,31 @@ MYDEV_API mydevError_t mydevStreamCaptureDeclareMemory(mydevStream_t stream, con
  * kernel divides its work among the blocks it is given, and must not throw.
  * Outside a launched function fn runs once, on the calling thread. */
 MYDEV_API mydevError_t mydevRunOnComputeUnits(void (*fn)(void* user_data), void* user_data);
+/* Inside a launched function: runs fn(user_data) as a team of `size` team
+ * threads that may wait for each other (mydevTeamBarrier), as the blocks of a
+ * cooperative GPU kernel synchronise across its grid. Team thread 0 runs on the
+ * calling thread; each other one on a free compute unit that takes it or, if
+ * none has by the time thread 0 first waits (or returns), on the calling
+ * thread too, switched to at each wait. A team thread sees its own index and
+ * the team's size whichever thread runs it, so what a team computes never
+ * depends on how many units it got. Returns when every team thread has
+ * returned; outside a launched function the calling thread runs them all. fn
+ * must not throw, and every team thread must reach the same waits.
+ * mydevErrorInvalidValue for a null fn or a size outside 1..64. */
+MYDEV_API mydevError_t mydevRunTeam(void (*fn)(void* user_data), void* user_data, int size);
+/* In a team thread: its index and its team's size; 0 and 1 elsewhere. */
+MYDEV_API int mydevTeamThread(void);
+MYDEV_API int mydevTeamSize(void);
+/* In a team thread: returns once every thread of the team has reached it
+ * (returns at once elsewhere). */
+MYDEV_API void mydevTeamBarrier(void);
+/* In a team thread: nonzero for exactly one of the team's threads at each of
+ * their k-th calls, for a block one of them runs (OpenMP's `single`); nonzero
+ * elsewhere. */
+MYDEV_API int mydevTeamSingle(void);
+/* Team threads run so far on a unit other than their team's calling thread
+ * (`elsewhere`) and on the calling thread besides its own (`switched`). */
+MYDEV_API mydevError_t mydevGetTeamCounts(unsigned long long* elsewhere, unsigned long long* switched);
 /* The device's compute units (MYDEV_COMPUTE_UNITS, 2 unset), and whether the
  * count was asked for (the variable is set). A caller that schedules its own
  * independent work on them follows the rule replays follow: asked for, always

@@ -110,6 +110,7 @@ int runAll() {
   testCopiesOrderedWithLaunches();
   testNestedRuntimeCalls();
   testDestroyWhileEnqueuing();
+  testTeams();
   testManyThreads();
   testStress();
   testManyLaunchesBeyondQueueDepth();

@@ -72,6 +72,8 @@ void testQueueDepthDestroyReleasesSubmitter();
 void testManyLaunchesBeyondQueueDepth();
 // fork_test.cpp
 void testForkAfterInitIsPoisoned();
+// team_test.cpp
+void testTeams();
 // strict_test.cpp
 int strictKernel(void* ud);
 int runStrict();
