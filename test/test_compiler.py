@@ -569,6 +569,33 @@ output %3
     assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
+def test_steps_in_order_run_their_parts_as_blocks_on_free_units(python_subprocess):
+    """Steps that run in order (a chain: none to run side by side) still run a large product's parts as
+    blocks that whichever compute unit is free takes, as eager kernels do: the CPU's bits at one thread."""
+    code = """
+        import torch, my_device, my_device.compiler as mc
+        torch.set_num_threads(1)
+        big, small = "Float[512,256]{256,1}+0", "Float[256,512]{512,1}+0"
+        chain = mc.compile(f"program chain\\ninput %0 : {big}\\ninput %1 : {small}\\ninput %2 : Float[512]{{1}}+0\\n"
+                           f"%3 = aten::addmm(%2, %0, %1, f0.5, f2.0) : Float[512,512]{{512,1}}+0\\n"
+                           f"%4 = aten::mm(%3, %0) : {big}\\noutput %4\\n")
+        assert chain.dump().count("in 2 parts") == 2, chain.dump()
+        a, b, bias = torch.randn(512, 256) / 16, torch.randn(256, 512) / 16, torch.randn(512)
+        expected = torch.addmm(bias, a, b, beta=0.5, alpha=2.0) @ a
+        # (blocks of milliseconds, so that a helper slow to get a core on a loaded machine still takes some)
+        before = my_device._C._test_blocks_run_by_other_units()
+        for run in range(20):
+            (out,) = chain.run([a.to("mydev"), b.to("mydev"), bias.to("mydev")])
+            assert torch.equal(out.cpu(), expected), run
+        assert chain.runs_side_by_side is False, chain.dump()
+        assert my_device._C._test_blocks_run_by_other_units() > before
+        print("ok")
+    """
+    result = python_subprocess(code, env={"MYDEV_COMPUTE_UNITS": ""}, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1:] == ["ok"], result.stdout
+
+
 def test_independent_steps_share_the_compute_units(python_subprocess):
     """Steps that touch no memory another writes run side by side on the device's compute units (forced here
     with MYDEV_COMPUTE_UNITS=2; by default the first runs decide): the results, a failing step's report and

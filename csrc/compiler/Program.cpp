@@ -1331,9 +1331,22 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
   // While deciding, the two ways take turns, so that a change in the machine's load meets both.
   const bool side_by_side = parallel == Parallel::Yes || (parallel == Parallel::Trial && run_index % 2 == 0);
   std::mutex values_mutex;
+  // In order, a step in parts runs them as blocks for whichever unit is free (run_blocks), as eager kernels
+  // do; not in the run that times each step whole for the side-by-side decision.
+  const bool blocks_in_order = !side_by_side && !timed_run(parallel, run_index) && blocks_split();
+  std::vector<char> split(steps_.size());  // decided once a run, for all parts alike
+  bool any_split = false;
+  for (size_t si = 0; si < split.size(); ++si) {
+    const Step& st = steps_[si];
+    split[si] = (side_by_side || blocks_in_order) && st.parts > 1 &&
+                (!st.use_out || out_calls_[si].load(std::memory_order_relaxed) == OutCall::Confirmed);
+    any_split = any_split || split[si];
+  }
+  // Steps run on several threads: side by side, or in order in parts.
+  const bool shared = side_by_side || any_split;
   auto value = [&](int v) -> const at::Tensor& {
     std::unique_lock<std::mutex> lock(values_mutex, std::defer_lock);
-    if (side_by_side) lock.lock();
+    if (shared) lock.lock();
     at::Tensor& t = values[v];
     if (!t.defined()) {
       const int r = where_[v].root;
@@ -1405,7 +1418,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     return true;
   };
   const bool profiling = profiling_.load(std::memory_order_relaxed);
-  const bool timed = parallel == Parallel::Unknown && run_index >= 1;  // each step's time (the second run's)
+  const bool timed = timed_run(parallel, run_index);
   const auto run_start = deciding ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   std::vector<int64_t> took(timed ? steps_.size() : 0);
   auto arguments = [&](const Step& st) {
@@ -1450,8 +1463,8 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       values[v] = result;
     }
   };
-  // Part `part` of a step in parts (Step::Split): side by side, its parts run at once; otherwise, and while an
-  // out= step's call is not confirmed to write its planned outputs, part 0 runs the whole step.
+  // Part `part` of a step in parts (Step::Split): side by side its parts run at once, in order as blocks; while an
+  // out= step's call is not confirmed to write its planned outputs, and in the timed run, part 0 runs the whole step.
   auto run_part = [&](size_t si, int part) {
     const Step& st = steps_[si];
     if (st.split == Step::Grads) {
@@ -1524,22 +1537,17 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     if (bias.dim() == 2 && bias.size(0) == m) bias = bias.narrow(0, lo, rows);
     at::addmm_out(o, bias, mat1, mat2, st.stack[3].toScalar(), st.stack[4].toScalar());
   };
-  std::vector<char> split(side_by_side ? steps_.size() : 0);  // decided once a run, for all parts alike
-  for (size_t si = 0; si < split.size(); ++si) {
-    const Step& st = steps_[si];
-    split[si] = st.parts > 1 && (!st.use_out || out_calls_[si].load(std::memory_order_relaxed) == OutCall::Confirmed);
-  }
   // Profiled, a step in parts counts its longest part: its parts run at once, so that is its time on the clock.
-  std::vector<std::atomic<int64_t>> longest_part(profiling && side_by_side ? steps_.size() : 0);
+  std::vector<std::atomic<int64_t>> longest_part(profiling && shared ? steps_.size() : 0);
   auto run_step = [&](size_t si, int part) {
     const Step& st = steps_[si];
-    const bool in_parts = side_by_side && split[si];
+    const bool in_parts = split[si];
     if (part > 0 && !in_parts) return;
     const bool clocked = profiling || timed;
     const auto start = clocked ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     // Each thread routes its calls' allocations to the device (the caller's HostCall covers its own).
     std::optional<HostCall> on_this_thread;
-    if (side_by_side) on_this_thread.emplace(device);
+    if (shared) on_this_thread.emplace(device);
     try {
       if (in_parts) {
         run_part(si, part);
@@ -1603,7 +1611,13 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       });
     } else {
       for (size_t si = 0; si < steps_.size(); ++si) {
-        run_step(si, 0);
+        if (split[si]) {
+          run_blocks(steps_[si].parts, steps_[si].parts, [&](int64_t first, int64_t count) {
+            for (int64_t part = first; part < first + count; ++part) run_step(si, static_cast<int>(part));
+          });
+        } else {
+          run_step(si, 0);
+        }
         for (int v : steps_[si].release) values[v] = at::Tensor();
       }
     }
@@ -1635,7 +1649,7 @@ void Program::decide(Parallel ran, bool side_by_side, int64_t ns, const std::vec
   // The fastest run of each way: other work on the machine only ever adds time to a run.
   auto fastest = [](const std::vector<int64_t>& v) { return static_cast<double>(*std::min_element(v.begin(), v.end())); };
   if (ran == Parallel::Unknown) {
-    if (!schedule_.worth_it(took)) {
+    if (!schedule_.worth_it(took, blocks_split())) {
       parallel_.store(Parallel::No, std::memory_order_relaxed);
       return;
     }

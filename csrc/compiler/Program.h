@@ -65,7 +65,8 @@ struct Step {
   GemmKernel gemm;                 // Gemm: its operands are the Call's tensor slots and first output
   std::vector<int> release;        // values whose last reader this step is
   std::vector<int> held;           // the released values' roots it touches (for a run side by side)
-  // Side by side, a step may run in parts (Program::choose_parts): a product by rows of its output, a
+  // A step may run in parts (Program::choose_parts), side by side or, in order, as blocks for whichever unit is
+  // free (run_blocks, as eager kernels): a product by rows of its output, a
   // pooling by samples (Batch: into its planned outputs; Samples: an attention's call per part, its
   // results copied into the program's values; InputSamples: the same with only the first argument cut, a
   // convolution's input), a convolution's backward as its input's gradient and its weight's.
@@ -228,6 +229,10 @@ class Program : public std::enable_shared_from_this<Program> {
   mutable std::mutex deciding_mutex_;
   mutable std::vector<int64_t> in_order_ns_, side_by_side_ns_;  // whole runs' times while deciding
   void decide(Parallel ran, bool side_by_side, int64_t ns, const std::vector<int64_t>& took) const;
+  // The run that times each step whole, in order, for the decision: the second while it is unknown.
+  static bool timed_run(Parallel parallel, int64_t run_index) {
+    return parallel == Parallel::Unknown && run_index >= 1;
+  }
 };
 
 // Process-wide counters of my_device.compiler.counters().

@@ -59,13 +59,13 @@ StepSchedule StepSchedule::plan(const std::vector<std::vector<Touch>>& touches, 
   return s;
 }
 
-bool StepSchedule::worth_it(const std::vector<int64_t>& took) const {
+bool StepSchedule::worth_it(const std::vector<int64_t>& took, bool parts_in_order) const {
   const size_t n = took.size();
   if (n == 0 || successors_.size() != n) return false;
   int64_t total = 0;
   std::vector<int64_t> finish(n, 0);  // the longest path ending with each step
   for (size_t i = 0; i < n; ++i) {
-    total += took[i];
+    total += parts_in_order ? took[i] / parts_[i] : took[i];
     finish[i] += took[i] / parts_[i];
     for (uint32_t next : successors_[i]) finish[next] = std::max(finish[next], finish[i]);
   }

@@ -42,9 +42,12 @@ class StepSchedule {
   }
   // Whether running side by side shortens a run enough to pay for handing
   // steps between threads, by the steps' times in a run one after another
-  // (nanoseconds): the longest path (a step in parts counting for one part)
-  // at most 0.9 of the total, steps averaging at least 10 us.
-  bool worth_it(const std::vector<int64_t>& took) const;
+  // (nanoseconds, each step whole): the longest path (a step in parts counting
+  // for one part) at most 0.9 of the total, steps averaging at least 10 us.
+  // `parts_in_order`: runs in order cut a step in parts too (as blocks for
+  // whichever unit is free), so a step in parts counts for one part in the
+  // total as well, and only independent steps can gain.
+  bool worth_it(const std::vector<int64_t>& took, bool parts_in_order) const;
   // Runs step(i, part) for every part of every step, on the compute units,
   // each once its step's predecessors have run (in index order when only one
   // thread runs them). finished(i) runs under the schedule's lock after step

@@ -140,12 +140,16 @@ int block_count(int64_t items, int64_t min_items, int64_t work, int64_t min_work
   return static_cast<int>(std::max<int64_t>(1, parts));
 }
 
-void run_blocks(int64_t items, int parts, const std::function<void(int64_t lo, int64_t count)>& part) {
+bool blocks_split() {
   const KernelContext* kernel = current_kernel();
   // Only a kernel of one intra-op thread (one fewer than the cores: two cores) is cut: the units run their blocks
   // with a thread each, so a kernel of more would run its blocks with fewer threads than the whole call, for other
   // bits (a BLAS's or oneDNN's partial sums per thread) and less speed.
-  if (parts < 2 || units().count < 2 || kernel == nullptr || kernel->at_call || kernel->threads != 1) {
+  return units().count >= 2 && kernel != nullptr && !kernel->at_call && kernel->threads == 1;
+}
+
+void run_blocks(int64_t items, int parts, const std::function<void(int64_t lo, int64_t count)>& part) {
+  if (parts < 2 || !blocks_split()) {
     part(0, items);
     return;
   }

@@ -36,6 +36,9 @@ inline int product_row_parts(int64_t rows, int64_t cols, int64_t depth) {
 // first. Otherwise (one unit, a kernel of more threads, or one run by
 // launch_if_idle on the caller's thread) `part(0, items)` once.
 void run_blocks(int64_t items, int parts, const std::function<void(int64_t lo, int64_t count)>& part);
+// Whether run_blocks, called here, would cut its items: inside a queued kernel
+// of one intra-op thread, on a device with more than one compute unit.
+bool blocks_split();
 // How many blocks another unit than the kernel's own thread has run (for tests).
 int64_t blocks_run_by_other_units();
 
