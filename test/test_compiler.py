@@ -569,29 +569,38 @@ output %3
     assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
+def product_program(rows, depth):
+    """A program of an addmm, (rows, depth) by (depth, rows) with a bias row, whose result it multiplies by the
+    first operand, each product in 2 parts; with its CPU inputs and the CPU's result."""
+    import my_device.compiler as mc
+
+    big, small = f"Float[{rows},{depth}]{{{depth},1}}+0", f"Float[{depth},{rows}]{{{rows},1}}+0"
+    program = mc.compile(f"program product\ninput %0 : {big}\ninput %1 : {small}\ninput %2 : Float[{rows}]{{1}}+0\n"
+                         f"%3 = aten::addmm(%2, %0, %1, f0.5, f2.0) : Float[{rows},{rows}]{{{rows},1}}+0\n"
+                         f"%4 = aten::mm(%3, %0) : {big}\noutput %4\n")
+    assert program.dump().count("in 2 parts") == 2, program.dump()
+    a, b, bias = torch.randn(rows, depth) / depth ** 0.5, torch.randn(depth, rows) / depth ** 0.5, torch.randn(rows)
+    return program, (a, b, bias), torch.addmm(bias, a, b, beta=0.5, alpha=2.0) @ a
+
+
 def test_steps_in_order_run_their_parts_as_blocks_on_free_units(python_subprocess):
     """Steps that run in order (a chain: none to run side by side) still run a large product's parts as
     blocks that whichever compute unit is free takes, as eager kernels do: the CPU's bits at one thread."""
     code = """
         import torch, my_device, my_device.compiler as mc
         torch.set_num_threads(1)
-        big, small = "Float[512,256]{256,1}+0", "Float[256,512]{512,1}+0"
-        chain = mc.compile(f"program chain\\ninput %0 : {big}\\ninput %1 : {small}\\ninput %2 : Float[512]{{1}}+0\\n"
-                           f"%3 = aten::addmm(%2, %0, %1, f0.5, f2.0) : Float[512,512]{{512,1}}+0\\n"
-                           f"%4 = aten::mm(%3, %0) : {big}\\noutput %4\\n")
-        assert chain.dump().count("in 2 parts") == 2, chain.dump()
-        a, b, bias = torch.randn(512, 256) / 16, torch.randn(256, 512) / 16, torch.randn(512)
-        expected = torch.addmm(bias, a, b, beta=0.5, alpha=2.0) @ a
+        from test_compiler import product_program
+        chain, inputs, expected = product_program(512, 256)
         # (blocks of milliseconds, so that a helper slow to get a core on a loaded machine still takes some)
         before = my_device._C._test_blocks_run_by_other_units()
         for run in range(20):
-            (out,) = chain.run([a.to("mydev"), b.to("mydev"), bias.to("mydev")])
+            (out,) = chain.run([t.to("mydev") for t in inputs])
             assert torch.equal(out.cpu(), expected), run
         assert chain.runs_side_by_side is False, chain.dump()
         assert my_device._C._test_blocks_run_by_other_units() > before
         print("ok")
     """
-    result = python_subprocess(code, env={"MYDEV_COMPUTE_UNITS": ""}, timeout=300)
+    result = python_subprocess(code, env={"MYDEV_COMPUTE_UNITS": "", "PYTHONPATH": "test"}, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1:] == ["ok"], result.stdout
 
@@ -616,15 +625,11 @@ def test_independent_steps_share_the_compute_units(python_subprocess):
             (out,) = pair.run([x.to("mydev"), y.to("mydev")])
             torch.testing.assert_close(out.cpu(), (x @ y) @ (y @ x))
         assert pair.runs_side_by_side is True, pair.dump()
-        big, small = "Float[256,128]{128,1}+0", "Float[128,256]{256,1}+0"
-        product = mc.compile(f"program product\\ninput %0 : {big}\\ninput %1 : {small}\\ninput %2 : Float[256]{{1}}+0\\n"
-                             f"%3 = aten::addmm(%2, %0, %1, f0.5, f2.0) : Float[256,256]{{256,1}}+0\\n"
-                             f"%4 = aten::mm(%3, %0) : {big}\\noutput %4\\n")
-        assert product.dump().count("in 2 parts") == 2, product.dump()
-        a, b, bias = torch.randn(256, 128) / 8, torch.randn(128, 256) / 8, torch.randn(256)
+        from test_compiler import product_program
+        product, inputs, expected = product_program(256, 128)
         for _ in range(3):
-            (out,) = product.run([a.to("mydev"), b.to("mydev"), bias.to("mydev")])
-            torch.testing.assert_close(out.cpu(), torch.addmm(bias, a, b, beta=0.5, alpha=2.0) @ a)
+            (out,) = product.run([t.to("mydev") for t in inputs])
+            torch.testing.assert_close(out.cpu(), expected)
         assert product.runs_side_by_side is True, product.dump()
         chain = mc.compile(f"program chain\\ninput %0 : {shape}\\n%1 = aten::mm(%0, %0) : {shape}\\n"
                            f"%2 = aten::mm(%1, %1) : {shape}\\noutput %2\\n")
