@@ -584,8 +584,9 @@ def product_program(rows, depth):
 
 
 def test_steps_in_order_run_their_parts_as_blocks_on_free_units(python_subprocess):
-    """Steps that run in order (a chain: none to run side by side) still run a large product's parts as
-    blocks that whichever compute unit is free takes, as eager kernels do: the CPU's bits at one thread."""
+    """Steps that run in order (a chain: none to run side by side) still run a large product's or elementwise
+    op's parts as blocks that whichever compute unit is free takes, as eager kernels do: the CPU's bits at one
+    thread."""
     code = """
         import torch, my_device, my_device.compiler as mc
         torch.set_num_threads(1)
@@ -598,6 +599,20 @@ def test_steps_in_order_run_their_parts_as_blocks_on_free_units(python_subproces
             assert torch.equal(out.cpu(), expected), run
         assert chain.runs_side_by_side is False, chain.dump()
         assert my_device._C._test_blocks_run_by_other_units() > before
+        # Elementwise steps by ranges of elements, which start where a vector loop's step does, and the last
+        # with the whole's tail: the same bits.
+        shape = "Float[601,509]{509,1}+0"
+        x, grad = torch.randn(601, 509) * 3, torch.randn(601, 509)
+        for call, expected in (("aten::gelu(%1, s\\"none\\")", torch.nn.functional.gelu(x)),
+                               ("aten::gelu_backward(%0, %1, s\\"none\\")", torch.ops.aten.gelu_backward(grad, x))):
+            one = mc.compile(f"program one\\ninput %0 : {shape}\\ninput %1 : {shape}\\n%2 = {call} : {shape}\\n"
+                             f"output %2\\n")
+            assert one.dump().count("in 2 parts") == 1, one.dump()
+            before = my_device._C._test_blocks_run_by_other_units()
+            for run in range(20):
+                (out,) = one.run([grad.to("mydev"), x.to("mydev")])
+                assert torch.equal(out.cpu(), expected), (call, run)
+            assert my_device._C._test_blocks_run_by_other_units() > before, call
         print("ok")
     """
     result = python_subprocess(code, env={"MYDEV_COMPUTE_UNITS": "", "PYTHONPATH": "test"}, timeout=300)

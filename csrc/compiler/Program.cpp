@@ -1069,6 +1069,8 @@ std::vector<Touch> Program::touches(const Step& st) const {
 // to pay for a hand-over between threads (a few microseconds).
 void Program::choose_parts(Step& st) const {
   constexpr int64_t kMinPooledPerPart = kMinPooledPerBlock;  // a pooling's input elements, a convolution's gradient's
+  // An elementwise op's: about 0.1 ms of gelu's, 30 us of an add's.
+  constexpr int64_t kMinElementsPerPart = 1 << 17;
   st.split = Step::Whole;
   st.parts = 1;
   if (st.kind != Step::Call || st.outputs.empty() || st.outputs[0] < 0) return;
@@ -1134,6 +1136,14 @@ void Program::choose_parts(Step& st) const {
       st.split = Step::Rows;
       parts = product_row_parts(out.sizes[0], out.sizes[1], mat1.sizes[1]);
     }
+  } else if (st.use_out && st.node >= 0 && st.outputs.size() == 1 && out.is_contiguous() &&
+             is_fusible_pointwise(graph_, graph_.nodes[st.node]) &&
+             std::all_of(st.slots.begin(), st.slots.end(), [&](const Step::Slot& slot) {
+               const TensorMeta& t = graph_.values[slot.values[0]].meta;
+               return t.sizes == out.sizes && t.is_contiguous();
+             })) {
+    st.split = Step::Elements;
+    parts = block_count(out.numel(), kMinElementsPerPart, out.numel(), kMinElementsPerPart);
   }
   st.parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(parts, kMaxStepParts)));
   if (st.parts == 1) st.split = Step::Whole;
@@ -1515,6 +1525,19 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       }
       return;
     }
+    if (st.split == Step::Elements) {
+      // Parts start at multiples of a vector loop's step (at::vec's loops take 8 or 16 floats at a time, then
+      // finish a tail element by element), so that every element goes through the code it does in one call.
+      constexpr int64_t kVectorStep = 64;
+      std::vector<c10::IValue> stack = arguments(st);
+      const int64_t n = graph_.values[st.outputs[0]].meta.numel();
+      auto start = [&](int p) { return p == st.parts ? n : n * p / st.parts / kVectorStep * kVectorStep; };
+      const int64_t lo = start(part), count = start(part + 1) - lo;
+      for (const Step::Slot& slot : st.slots) stack[slot.index] = stack[slot.index].toTensor().view(-1).narrow(0, lo, count);
+      stack.emplace_back(value(st.outputs[0]).view(-1).narrow(0, lo, count));
+      st.op->callBoxed(stack);
+      return;
+    }
     // By the first dimension of the outputs: rows of a product, samples of a pooling.
     const at::Tensor& out = value(st.outputs[0]);
     const int64_t m = out.size(0), lo = m * part / st.parts, rows = m * (part + 1) / st.parts - lo;
@@ -1695,7 +1718,7 @@ std::string Program::dump() const {
     } else {
       s << (st.use_out ? "call " + st.op->schema().name() + "." + st.op->schema().overload_name() : "call") << " "
         << st.label
-        << (st.parts > 1 && schedule_.has_parallel_steps() && runs_side_by_side() != false
+        << (st.parts > 1 && side_by_side_asked() != SideBySide::Never  // (in order: as blocks)
                 ? " in " + std::to_string(st.parts) + " parts"
                 : "")
         << " ->";
