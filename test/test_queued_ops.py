@@ -608,6 +608,43 @@ def test_large_kernels_give_the_same_bits_on_one_compute_unit_or_two(python_subp
     assert digests[0] == digests[1]
 
 
+def test_large_elementwise_kernels_run_in_blocks_with_the_cpus_bits(python_subprocess):
+    # A queued elementwise TensorIterator kernel over two blocks' worth of elements runs as two narrowed copies of
+    # its iterator on the device's compute units: every unary and binary ufunc, functional and in place, over a
+    # contiguous input with a tail and over a transposed one, gives the CPU's bits at one thread.
+    code = """
+        import torch, my_device
+        from torch.testing._internal.common_methods_invocations import binary_ufuncs, unary_ufuncs
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        x, y = torch.randn(601, 509) * 2, torch.randn(601, 509) * 2 + 0.5
+        inputs = [(x, y), (x.t(), y.t())]
+        checked = set()
+        for op in unary_ufuncs + binary_ufuncs:
+            binary = op in binary_ufuncs
+            for a, b in inputs:
+                args = (a, b) if binary else (a,)
+                for variant in (op.op, op.inplace_variant):
+                    if variant is None:
+                        continue
+                    try:
+                        want = variant(*[t.clone() for t in args])
+                    except Exception:
+                        continue  # (extra arguments, or no in-place form for these dtypes)
+                    for _ in range(2):  # (a dtype's first call runs whole, at the call)
+                        got = variant(*[t.to("mydev") for t in args])
+                    for g, w in zip(*((r,) if isinstance(r, torch.Tensor) else r for r in (got, want))):
+                        torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0, equal_nan=True,
+                                                   msg=lambda m: f"{op.name} {variant}: {m}")
+                    checked.add(op.name)
+        print(len(checked), my_device._C._test_blocks_run_by_other_units() > 0)
+    """
+    result = python_subprocess(code, env={"MYDEV_COMPUTE_UNITS": ""}, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    checked, shared = result.stdout.split()[-2:]
+    assert int(checked) > 100 and shared == "True", result.stdout
+
+
 @pytest.mark.parametrize("name,fn", [
     ("put", lambda x, i: x.put(i, torch.ones(1, device=x.device))),
     ("index_reduce", lambda x, i: x.index_reduce(0, i, torch.ones(1, device=x.device), "prod")),

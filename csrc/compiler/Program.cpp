@@ -1069,8 +1069,6 @@ std::vector<Touch> Program::touches(const Step& st) const {
 // to pay for a hand-over between threads (a few microseconds).
 void Program::choose_parts(Step& st) const {
   constexpr int64_t kMinPooledPerPart = kMinPooledPerBlock;  // a pooling's input elements, a convolution's gradient's
-  // An elementwise op's: about 0.1 ms of gelu's, 30 us of an add's.
-  constexpr int64_t kMinElementsPerPart = 1 << 17;
   st.split = Step::Whole;
   st.parts = 1;
   if (st.kind != Step::Call || st.outputs.empty() || st.outputs[0] < 0) return;
@@ -1143,7 +1141,7 @@ void Program::choose_parts(Step& st) const {
                return t.sizes == out.sizes && t.is_contiguous();
              })) {
     st.split = Step::Elements;
-    parts = block_count(out.numel(), kMinElementsPerPart, out.numel(), kMinElementsPerPart);
+    parts = block_count(out.numel(), kMinElementwisePerBlock, out.numel(), kMinElementwisePerBlock);
   }
   st.parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(parts, kMaxStepParts)));
   if (st.parts == 1) st.split = Step::Whole;
@@ -1526,12 +1524,11 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       return;
     }
     if (st.split == Step::Elements) {
-      // Parts start at multiples of a vector loop's step (at::vec's loops take 8 or 16 floats at a time, then
-      // finish a tail element by element), so that every element goes through the code it does in one call.
-      constexpr int64_t kVectorStep = 64;
+      // Parts start at multiples of a vector loop's step, so that every element goes through the code it does
+      // in one call.
       std::vector<c10::IValue> stack = arguments(st);
       const int64_t n = graph_.values[st.outputs[0]].meta.numel();
-      auto start = [&](int p) { return p == st.parts ? n : n * p / st.parts / kVectorStep * kVectorStep; };
+      auto start = [&](int p) { return p == st.parts ? n : n * p / st.parts / kVectorLoopStep * kVectorLoopStep; };
       const int64_t lo = start(part), count = start(part + 1) - lo;
       for (const Step::Slot& slot : st.slots) stack[slot.index] = stack[slot.index].toTensor().view(-1).narrow(0, lo, count);
       stack.emplace_back(value(st.outputs[0]).view(-1).narrow(0, lo, count));

@@ -25,6 +25,13 @@ int block_count(int64_t items, int64_t min_items, int64_t work, int64_t min_work
 constexpr int64_t kMinMultiplyAddsPerBlock = 1 << 20;
 // A pooling's input elements: about 0.1 ms at the CPU loop's speed.
 constexpr int64_t kMinPooledPerBlock = 1 << 15;
+// An elementwise op's elements: about 0.1 ms of gelu's, 30 us of an add's.
+constexpr int64_t kMinElementwisePerBlock = 1 << 17;
+// Where an elementwise op's contiguous elements may be cut: at::vec's loops
+// take 8 or 16 floats at a time from the start, then finish a tail element by
+// element (another code path, whose bits may differ), so blocks that start at
+// a multiple of this take each element through the code one call does.
+constexpr int64_t kVectorLoopStep = 64;
 // A matrix product of (rows x depth) by (depth x cols), cut by rows.
 inline int product_row_parts(int64_t rows, int64_t cols, int64_t depth) {
   return block_count(rows, 32, rows * cols * depth, kMinMultiplyAddsPerBlock);

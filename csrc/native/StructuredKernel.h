@@ -42,6 +42,7 @@
 #include "hostkernel/Breakdown.h"
 #include "hostkernel/HostKernel.h"
 #include "core/JobPool.h"
+#include "core/ComputeUnits.h"
 #include "core/KernelArgs.h"
 #include "core/Launch.h"
 #include "core/TensorImpl.h"
@@ -261,6 +262,35 @@ inline void check_same_device(const char* op,
 inline void use_kernel_addresses(at::TensorIteratorBase& iter) {
   if (!strict_mode()) return;
   for (int i = 0; i < iter.ntensors(); ++i) iter.unsafe_replace_operand(i, kernel_address(iter.data_ptr(i)));
+}
+
+// A queued TensorIterator kernel's impl(), run by `impl(op)`: an elementwise one over two blocks' worth of
+// elements is cut by the iterator's outermost dimension, each block a copy of the iterator narrowed to its range
+// (as CUDA's 32-bit split narrows one), for whichever of the device's compute units is free (run_blocks). A
+// one-dimensional (fully coalesced) iterator is cut where a vector loop's step starts, so that every element
+// takes the code it takes in one call: the same bits.
+template <class Op, class Impl>
+C10_NOINLINE void run_in_blocks(Op& op, int parts, const Impl& impl) {
+  const int dim = op.ndim() - 1;
+  const int64_t size = op.shape()[dim], align = dim == 0 ? kVectorLoopStep : 1;
+  auto start = [&](int64_t p) { return p == parts ? size : size * p / parts / align * align; };
+  run_blocks(parts, parts, [&](int64_t first, int64_t count) {
+    for (int64_t p = first; p < first + count; ++p) {
+      if (start(p + 1) == start(p)) continue;
+      Op block(op);
+      block.narrow(dim, start(p), start(p + 1) - start(p));
+      impl(block);
+    }
+  });
+}
+
+template <class Op, class Impl>
+MYDEV_ALWAYS_INLINE void run_iterator_impl(Op& op, const Impl& impl) {
+  if (op.numel() >= 2 * kMinElementwisePerBlock && op.num_reduce_dims() == 0 && op.ndim() > 0 && blocks_split()) {
+    run_in_blocks(op, block_count(op.numel(), kMinElementwisePerBlock, op.numel(), kMinElementwisePerBlock), impl);
+  } else {
+    impl(op);
+  }
 }
 
 // What a queued TensorIterator kernel keeps of an argument (KernelArgs.h): the
@@ -731,9 +761,11 @@ MYDEV_ALWAYS_INLINE std::array<at::Tensor, N> queue_functional(const char* label
     const KernelArgs* touches = &job->held;
     launch_async(device, label, [job = std::move(job)] {
       use_kernel_addresses(job->op);
-      std::apply([&](const auto&... a) {
-        std::apply([&](const auto&... o) { job->op.impl(a..., o...); }, job->op.outputs);
-      }, job->args);
+      run_iterator_impl(job->op, [&](Functional<Base, N>& op) {
+        std::apply([&](const auto&... a) {
+          std::apply([&](const auto&... o) { op.impl(a..., o...); }, op.outputs);
+        }, job->args);
+      });
     }, short_kernel, touches);
     return out;
   } else {
@@ -861,8 +893,10 @@ MYDEV_ALWAYS_INLINE at::Tensor& in_place(const char* label, at::Tensor& self, co
   const bool short_kernel = is_short_kernel(job->op.numel());
   const KernelArgs* touches = &job->held;
   launch_async(device, label, [job = std::move(job)] {
-    if constexpr (kIterator<Base>) use_kernel_addresses(job->op);
-    std::apply([&](const auto&... a) { job->op.impl(job->self, a..., job->self); }, job->args);
+    use_kernel_addresses(job->op);
+    run_iterator_impl(job->op, [&](InPlace<Base>& op) {
+      std::apply([&](const auto&... a) { op.impl(job->self, a..., job->self); }, job->args);
+    });
   }, short_kernel, touches);
   return self;
 }
