@@ -610,8 +610,9 @@ def test_large_kernels_give_the_same_bits_on_one_compute_unit_or_two(python_subp
 
 def test_large_elementwise_kernels_run_in_blocks_with_the_cpus_bits(python_subprocess):
     # A queued elementwise TensorIterator kernel over two blocks' worth of elements runs as two narrowed copies of
-    # its iterator on the device's compute units: every unary and binary ufunc, functional and in place, over a
-    # contiguous input with a tail and over a transposed one, gives the CPU's bits at one thread.
+    # its iterator on the device's compute units (gelu, which the CPU runs through oneDNN, as blocks of elements):
+    # every unary and binary ufunc, functional and in place, over a contiguous input with a tail and over a
+    # transposed one, gives the CPU's bits at one thread.
     code = """
         import torch, my_device
         from torch.testing._internal.common_methods_invocations import binary_ufuncs, unary_ufuncs
@@ -637,6 +638,13 @@ def test_large_elementwise_kernels_run_in_blocks_with_the_cpus_bits(python_subpr
                         torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0, equal_nan=True,
                                                    msg=lambda m: f"{op.name} {variant}: {m}")
                     checked.add(op.name)
+        # gelu and its backward, which the CPU runs through oneDNN: the host kernel's blocks of elements
+        for name, fn in (("gelu", lambda t, g: torch.nn.functional.gelu(t)),
+                         ("gelu_backward", lambda t, g: torch.ops.aten.gelu_backward(g, t))):
+            want = fn(x, y)
+            for _ in range(2):
+                got = fn(x.to("mydev"), y.to("mydev"))
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, msg=lambda m: f"{name}: {m}")
         print(len(checked), my_device._C._test_blocks_run_by_other_units() > 0)
     """
     result = python_subprocess(code, env={"MYDEV_COMPUTE_UNITS": ""}, timeout=600)

@@ -1528,7 +1528,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       // in one call.
       std::vector<c10::IValue> stack = arguments(st);
       const int64_t n = graph_.values[st.outputs[0]].meta.numel();
-      auto start = [&](int p) { return p == st.parts ? n : n * p / st.parts / kVectorLoopStep * kVectorLoopStep; };
+      auto start = [&](int p) { return block_start(n, p, st.parts, kVectorLoopStep); };
       const int64_t lo = start(part), count = start(part + 1) - lo;
       for (const Step::Slot& slot : st.slots) stack[slot.index] = stack[slot.index].toTensor().view(-1).narrow(0, lo, count);
       stack.emplace_back(value(st.outputs[0]).view(-1).narrow(0, lo, count));

@@ -32,6 +32,11 @@ constexpr int64_t kMinElementwisePerBlock = 1 << 17;
 // element (another code path, whose bits may differ), so blocks that start at
 // a multiple of this take each element through the code one call does.
 constexpr int64_t kVectorLoopStep = 64;
+// Where block `part` of `parts` starts among `items`: at a multiple of `align`,
+// the last ending at `items` (part == parts).
+inline int64_t block_start(int64_t items, int64_t part, int64_t parts, int64_t align = 1) {
+  return part == parts ? items : items * part / parts / align * align;
+}
 // A matrix product of (rows x depth) by (depth x cols), cut by rows.
 inline int product_row_parts(int64_t rows, int64_t cols, int64_t depth) {
   return block_count(rows, 32, rows * cols * depth, kMinMultiplyAddsPerBlock);

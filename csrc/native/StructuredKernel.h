@@ -273,7 +273,7 @@ template <class Op, class Impl>
 C10_NOINLINE void run_in_blocks(Op& op, int parts, const Impl& impl) {
   const int dim = op.ndim() - 1;
   const int64_t size = op.shape()[dim], align = dim == 0 ? kVectorLoopStep : 1;
-  auto start = [&](int64_t p) { return p == parts ? size : size * p / parts / align * align; };
+  auto start = [&](int64_t p) { return block_start(size, p, parts, align); };
   run_blocks(parts, parts, [&](int64_t first, int64_t count) {
     for (int64_t p = first; p < first + count; ++p) {
       if (start(p + 1) == start(p)) continue;

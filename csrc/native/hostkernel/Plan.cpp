@@ -238,6 +238,8 @@ std::unique_ptr<Plan> make_plan(const c10::OperatorHandle& op) {
   plan->by_samples = plan->kind == Kind::FunctionalCopy &&
                      (schema.name() == "aten::_scaled_dot_product_flash_attention_for_cpu" ||
                       schema.name() == "aten::_scaled_dot_product_flash_attention_for_cpu_backward");
+  plan->by_elements = plan->kind == Kind::Functional &&
+                      (schema.name() == "aten::gelu" || schema.name() == "aten::gelu_backward");
   plan->shape_from_data = shape_from_data(schema.name());
   return plan;
 }

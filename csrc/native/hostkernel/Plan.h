@@ -69,6 +69,9 @@ struct Plan {
   // output) is computed on its own (attention, forward and backward): a queued
   // call big enough runs in blocks of samples shared among the compute units.
   bool by_samples = false;
+  // An elementwise op the CPU runs through oneDNN (gelu and its backward): a queued call over contiguous
+  // operands of one shape big enough runs in blocks of elements shared among the compute units.
+  bool by_elements = false;
   // Signatures, their Meta answers and whether the CPU kernel confirmed them
   // (see Signature).
   MetaCache meta_cache;

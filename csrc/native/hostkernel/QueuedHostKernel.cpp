@@ -289,6 +289,16 @@ int attention_parts(const torch::jit::Stack& args, int64_t samples) {
   return block_count(samples, 1, 2 * query.numel() * keys, kMinMultiplyAddsPerBlock);
 }
 
+// A by_elements call's blocks: two where every tensor (arguments, then outputs) is contiguous with the first
+// output's elements, and they are enough for two; else one.
+int element_parts(const torch::jit::Stack& stack, const at::Tensor& out) {
+  const int64_t n = out.numel();
+  for (const c10::IValue& v : stack) {
+    if (v.isTensor() && (v.toTensor().numel() != n || !v.toTensor().is_contiguous())) return 1;
+  }
+  return block_count(n, kMinElementwisePerBlock, n, kMinElementwisePerBlock);
+}
+
 // The queued kernel: the CPU kernel on host aliases of its own references to
 // the arguments and outputs.
 struct QueuedCall {
@@ -308,11 +318,29 @@ struct QueuedCall {
     for (const c10::IValue& v : args) stack.push_back(map_tensors(v, host));
     const c10::DispatchKeySet cpu(c10::DispatchKey::CPU);
     switch (plan->kind) {
-      case Kind::Functional:
+      case Kind::Functional: {
         for (const at::Tensor& out : outputs) stack.push_back(call.to_host(out));
-        plan->out_op->redispatchBoxed(cpu, &stack);
-        check_geometry(stack, outputs);
+        const int parts = plan->by_elements && blocks_split() ? element_parts(stack, outputs[0]) : 1;
+        if (parts < 2) {
+          plan->out_op->redispatchBoxed(cpu, &stack);
+          check_geometry(stack, outputs);
+          break;
+        }
+        // Blocks of elements that start where a vector loop's step does: each element takes the code it takes
+        // in one call.
+        const int64_t n = outputs[0].numel();
+        run_blocks(parts, parts, [&](int64_t first, int64_t count) {
+          for (int64_t p = first; p < first + count; ++p) {
+            const int64_t lo = block_start(n, p, parts, kVectorLoopStep);
+            torch::jit::Stack cut = stack;
+            for (c10::IValue& v : cut) {
+              if (v.isTensor()) v = v.toTensor().view(-1).narrow(0, lo, block_start(n, p + 1, parts, kVectorLoopStep) - lo);
+            }
+            plan->out_op->redispatchBoxed(cpu, &cut);
+          }
+        });
         break;
+      }
       case Kind::FunctionalCopy: {
         std::vector<at::Tensor> host_outputs;
         for (const at::Tensor& out : outputs) host_outputs.push_back(call.to_host(out));
