@@ -604,7 +604,8 @@ def test_steps_in_order_run_their_parts_as_blocks_on_free_units(python_subproces
         shape = "Float[601,509]{509,1}+0"
         x, grad = torch.randn(601, 509) * 3, torch.randn(601, 509)
         for call, expected in (("aten::gelu(%1, s\\"none\\")", torch.nn.functional.gelu(x)),
-                               ("aten::gelu_backward(%0, %1, s\\"none\\")", torch.ops.aten.gelu_backward(grad, x))):
+                               ("aten::gelu_backward(%0, %1, s\\"none\\")", torch.ops.aten.gelu_backward(grad, x)),
+                               ("my_device::gelu_backward(%0, %1, s\\"none\\")", torch.ops.aten.gelu_backward(grad, x))):
             one = mc.compile(f"program one\\ninput %0 : {shape}\\ninput %1 : {shape}\\n%2 = {call} : {shape}\\n"
                              f"output %2\\n")
             assert one.dump().count("in 2 parts") == 1, one.dump()

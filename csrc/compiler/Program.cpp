@@ -1078,6 +1078,13 @@ void Program::choose_parts(Step& st) const {
   const std::string& name = (st.use_out ? st.functional : st.op)->schema().name();
   const TensorMeta& out = graph_.values[st.outputs[0]].meta;
   int64_t parts = 1;
+  // Every tensor argument contiguous with the output's sizes, as the output: an elementwise call to cut by elements.
+  auto dense_like_out = [&] {
+    return out.is_contiguous() && std::all_of(st.slots.begin(), st.slots.end(), [&](const Step::Slot& slot) {
+             const TensorMeta& t = graph_.values[slot.values[0]].meta;
+             return t.sizes == out.sizes && t.is_contiguous();
+           });
+  };
   // Attention, forward and backward: every tensor argument and result has the batch first.
   auto batched = [&](int64_t min_elements) {
     const int64_t m = out.sizes.empty() ? 0 : out.sizes[0];
@@ -1121,6 +1128,10 @@ void Program::choose_parts(Step& st) const {
         graph_.values[st.slots[0].values[0]].meta.numel() >= kMinPooledPerPart) {
       st.split = Step::Grads;
       parts = 2;
+    } else if (name == "my_device::gelu_backward" && st.outputs.size() == 1 && dense_like_out()) {
+      // (aten::gelu_backward as autograd calls it on mydev: GeluAutogradOverride.cpp)
+      st.split = Step::Elements;
+      parts = block_count(out.numel(), kMinElementwisePerBlock, out.numel(), kMinElementwisePerBlock);
     }
   } else if (name == "aten::max_pool2d_with_indices" && st.outputs.size() == 2 && st.outputs[1] >= 0 &&
              st.slots.size() == 1 && out.sizes.size() == 4 && out.is_contiguous() &&
@@ -1134,12 +1145,8 @@ void Program::choose_parts(Step& st) const {
       st.split = Step::Rows;
       parts = product_row_parts(out.sizes[0], out.sizes[1], mat1.sizes[1]);
     }
-  } else if (st.use_out && st.node >= 0 && st.outputs.size() == 1 && out.is_contiguous() &&
-             is_fusible_pointwise(graph_, graph_.nodes[st.node]) &&
-             std::all_of(st.slots.begin(), st.slots.end(), [&](const Step::Slot& slot) {
-               const TensorMeta& t = graph_.values[slot.values[0]].meta;
-               return t.sizes == out.sizes && t.is_contiguous();
-             })) {
+  } else if (st.use_out && st.node >= 0 && st.outputs.size() == 1 && is_fusible_pointwise(graph_, graph_.nodes[st.node]) &&
+             dense_like_out()) {
     st.split = Step::Elements;
     parts = block_count(out.numel(), kMinElementwisePerBlock, out.numel(), kMinElementwisePerBlock);
   }
@@ -1471,6 +1478,16 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       values[v] = result;
     }
   };
+  // Value v, created where the program does not give it, for parts to write their pieces into (the first part
+  // to finish creates it).
+  auto whole_value = [&](int v) {
+    std::lock_guard<std::mutex> lock(values_mutex);
+    if (!values[v].defined()) {
+      const TensorMeta& want = graph_.values[v].meta;
+      values[v] = at::empty_strided(want.sizes, want.strides, at::TensorOptions().dtype(want.dtype));
+    }
+    return values[v];
+  };
   // Part `part` of a step in parts (Step::Split): side by side its parts run at once, in order as blocks; while an
   // out= step's call is not confirmed to write its planned outputs, and in the timed run, part 0 runs the whole step.
   auto run_part = [&](size_t si, int part) {
@@ -1508,18 +1525,7 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       st.op->callBoxed(stack);
       const std::vector<at::Tensor> results = tensors_of(stack);
       for (size_t k = 0; k < st.outputs.size(); ++k) {
-        const int v = st.outputs[k];
-        if (v < 0) continue;
-        at::Tensor whole;
-        {
-          std::lock_guard<std::mutex> lock(values_mutex);
-          if (!values[v].defined()) {
-            const TensorMeta& want = graph_.values[v].meta;
-            values[v] = at::empty_strided(want.sizes, want.strides, at::TensorOptions().dtype(want.dtype));
-          }
-          whole = values[v];
-        }
-        whole.narrow(0, lo, rows).copy_(results[k]);
+        if (st.outputs[k] >= 0) whole_value(st.outputs[k]).narrow(0, lo, rows).copy_(results[k]);
       }
       return;
     }
@@ -1531,8 +1537,13 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
       auto start = [&](int p) { return block_start(n, p, st.parts, kVectorLoopStep); };
       const int64_t lo = start(part), count = start(part + 1) - lo;
       for (const Step::Slot& slot : st.slots) stack[slot.index] = stack[slot.index].toTensor().view(-1).narrow(0, lo, count);
-      stack.emplace_back(value(st.outputs[0]).view(-1).narrow(0, lo, count));
-      st.op->callBoxed(stack);
+      if (st.use_out) {
+        stack.emplace_back(value(st.outputs[0]).view(-1).narrow(0, lo, count));
+        st.op->callBoxed(stack);
+      } else {
+        st.op->callBoxed(stack);
+        whole_value(st.outputs[0]).view(-1).narrow(0, lo, count).copy_(tensors_of(stack)[0]);
+      }
       return;
     }
     // By the first dimension of the outputs: rows of a product, samples of a pooling.

@@ -70,7 +70,8 @@ struct Step {
   // pooling by samples (Batch: into its planned outputs; Samples: an attention's call per part, its
   // results copied into the program's values; InputSamples: the same with only the first argument cut, a
   // convolution's input), a convolution's backward as its input's gradient and its weight's; Elements: an
-  // elementwise op's out= call by ranges of its elements, each starting where a vector loop's step does.
+  // elementwise op's call (out=, or its result copied) by ranges of its elements, each starting where a vector
+  // loop's step does.
   enum Split : uint8_t { Whole, Rows, Batch, Samples, InputSamples, Grads, Elements } split = Whole;
   int parts = 1;
 };
