@@ -638,9 +638,17 @@ def test_large_elementwise_kernels_run_in_blocks_with_the_cpus_bits(python_subpr
                         torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0, equal_nan=True,
                                                    msg=lambda m: f"{op.name} {variant}: {m}")
                     checked.add(op.name)
-        # gelu and its backward, which the CPU runs through oneDNN: the host kernel's blocks of elements
+        # ternary ops and activations' backwards; gelu and its backward, which the CPU runs through oneDNN (the
+        # host kernel's blocks of elements)
         for name, fn in (("gelu", lambda t, g: torch.nn.functional.gelu(t)),
-                         ("gelu_backward", lambda t, g: torch.ops.aten.gelu_backward(g, t))):
+                         ("gelu_backward", lambda t, g: torch.ops.aten.gelu_backward(g, t)),
+                         ("addcmul", lambda t, g: torch.addcmul(t, g, t, value=0.3)),
+                         ("addcdiv_", lambda t, g: t.clone().addcdiv_(g, t.abs() + 1, value=0.3)),
+                         ("lerp", lambda t, g: torch.lerp(t, g, t.sigmoid())),
+                         ("clamp", lambda t, g: torch.clamp(t, min=-g.abs(), max=g.abs())),
+                         ("where", lambda t, g: torch.where(t > 0, t, g)),
+                         ("threshold_backward", lambda t, g: torch.ops.aten.threshold_backward(g, t, 0.0)),
+                         ("tanh_backward", lambda t, g: torch.ops.aten.tanh_backward(g, t.tanh()))):
             want = fn(x, y)
             for _ in range(2):
                 got = fn(x.to("mydev"), y.to("mydev"))
