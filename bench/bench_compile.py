@@ -29,6 +29,12 @@ CPU's with at::vec's generic path) and its use by `torch.where`; `cat([a.relu(),
 --program-profile prints, instead, each --cases step's programs under backend="mydev" with each program step's
 mean time (program.set_profiling): which steps of the compiled step cost what.
 
+--ceiling prints, instead, for each --cases step on mydev (eager, and backend="mydev"), under the profiler with the
+device's activity: the step's time, the device's busy time, and the device time of the library calls that both ways
+run alike, the same ATen kernel on the same shapes (matrix products, attention, convolutions, pooling, gelu, layer
+norm: a program calls them as eager does, and must, to give eager's bits). Their share of eager's step is the least
+backend="mydev" / eager mydev can reach by removing everything else: the elementwise passes, the launches, the host.
+
 --floor adds the floor of torch.compile's own per-step cost on the tiny step, whatever the backend:
 the step compiled (forward+backward, then the optimizer step too) with an aot_autograd backend whose
 compiled graphs cost nothing (each returns the outputs of its first run), against eager CPU and
@@ -41,6 +47,7 @@ compiled optimizer step; Dynamo alone is.)
 """
 import copy
 import statistics
+import time
 
 import torch
 from torch import nn
@@ -305,6 +312,85 @@ def _program_profiles(cases, steps=30):
             print("\n".join(line for line in g.dump().splitlines() if line.startswith(("step ", "# "))), flush=True)
 
 
+# ATen kernels both ways run alike; in a program's dump they are "call aten::<name>.out aten::<name>" steps.
+_LIBRARY_CALLS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention_for_cpu",
+                  "_scaled_dot_product_flash_attention_for_cpu_backward", "convolution", "convolution_backward",
+                  "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "gelu", "gelu_backward",
+                  "native_layer_norm", "native_layer_norm_backward")
+
+
+def _library_call(name):
+    base = name.split("::")[-1].split(".")[0]
+    return base in _LIBRARY_CALLS
+
+
+def _ceiling(cases, steps=20, rounds=5):
+    """Per case: the eager mydev and backend="mydev" steps, each `rounds` times `steps` steps under the profiler
+    (taking turns); medians over rounds of the step's time, the device's busy time (the union of its kernels'
+    intervals) and the library calls' device time. A program is one kernel to the profiler: its library calls'
+    time comes from its own step profile (program.set_profiling)."""
+    import re
+    from torch.profiler import ProfilerActivity, profile
+
+    from my_device.compiler import dynamo
+
+    def busy(intervals):
+        total, end = 0.0, None
+        for s, e in sorted(intervals):
+            if end is None or s > end:
+                total, end = total + e - s, e
+            elif e > end:
+                total, end = total + e - end, e
+        return total
+
+    for name in cases:
+        torch._dynamo.reset()
+        dynamo._compiled.clear()
+        model, x, target, opt_cls = build_case(CASES[name][0])
+        runs = {}
+        for label, backend in (("eager", None), ("backend", "mydev")):
+            m = copy.deepcopy(model).to("mydev")
+            step = _step_fn(m, opt_cls(m.parameters(), lr=1e-3), x.to("mydev"),
+                            None if target is None else target.to("mydev"), backend, False)
+            for _ in range(12):
+                step()
+            runs[label] = step
+        programs = [g.lowered.program for g in dynamo._compiled if g.lowered is not None]
+        for p in programs:
+            p.set_profiling(True)
+        samples = {label: {"step": [], "busy": [], "library": []} for label in runs}
+        for r in range(rounds):
+            for label in (runs if r % 2 == 0 else list(runs)[::-1]):
+                torch.mydev.synchronize()
+                with profile(activities=[ProfilerActivity.PrivateUse1]) as prof:
+                    start = time.perf_counter()
+                    for _ in range(steps):
+                        runs[label]()
+                    torch.mydev.synchronize()
+                    took = time.perf_counter() - start
+                kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.PrivateUse1]
+                library = sum(e.time_range.elapsed_us() for e in kernels if _library_call(e.name))
+                samples[label]["step"].append(took / steps * 1e3)
+                samples[label]["busy"].append(busy((e.time_range.start, e.time_range.end) for e in kernels) / steps / 1e3)
+                samples[label]["library"].append(library / steps / 1e3)
+        # The programs' library steps: mean times over every profiled run, per run of the step.
+        in_programs = 0.0
+        for p in programs:
+            for line in p.dump().splitlines():
+                hit = re.match(r"step \d+: \[([0-9.]+) us\] call (aten::[\w.]+)", line)
+                if hit and _library_call(hit.group(2)):
+                    in_programs += float(hit.group(1)) / 1e3
+        samples["backend"]["library"] = [in_programs] * rounds
+        med = {label: {k: statistics.median(v) for k, v in d.items()} for label, d in samples.items()}
+        e, b = med["eager"], med["backend"]
+        print(f"{name:<12} eager mydev: step {e['step']:.3f} ms, device busy {e['busy']:.3f} ms, library calls "
+              f"{e['library']:.3f} ms ({e['library'] / e['step']:.2f} of the step);  backend=mydev: step "
+              f"{b['step']:.3f} ms ({b['step'] / e['step']:.2f}x), device busy {b['busy']:.3f} ms, library calls in "
+              f"programs {b['library']:.3f} ms", flush=True)
+        print(f"{'':<12} least backend=mydev / eager mydev with the library calls as they ran: eager's "
+              f"{e['library'] / e['step']:.2f}x, the programs' {b['library'] / e['step']:.2f}x", flush=True)
+
+
 def main():
     def extra(p):
         p.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
@@ -313,10 +399,15 @@ def main():
                        help="also single compiled kernels: bool-mask store and load, cat, pad")
         p.add_argument("--first-compile-only", action="store_true",
                        help="only the first-call compile times (fresh processes, empty caches)")
+        p.add_argument("--ceiling", action="store_true",
+                       help="only each --cases step's device time in library calls both ways run alike")
         p.add_argument("--program-profile", action="store_true",
                        help="only the backend=\"mydev\" programs' step profiles of --cases (program.set_profiling)")
 
     args = parse_args(__doc__, repeat=7, extra=extra)
+    if args.ceiling:
+        _ceiling([c for c in args.cases.split(",") if c])
+        return
     if args.program_profile:
         _program_profiles([c for c in args.cases.split(",") if c])
         return

@@ -1568,8 +1568,9 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     if (bias.dim() == 2 && bias.size(0) == m) bias = bias.narrow(0, lo, rows);
     at::addmm_out(o, bias, mat1, mat2, st.stack[3].toScalar(), st.stack[4].toScalar());
   };
-  // Profiled, a step in parts counts its longest part: its parts run at once, so that is its time on the clock.
-  std::vector<std::atomic<int64_t>> longest_part(profiling && shared ? steps_.size() : 0);
+  // Profiled side by side, a step in parts counts its longest part: its parts run at once, so that is its time on
+  // the clock. In order, its blocks' whole run counts (the kernel's thread may run every block, one after another).
+  std::vector<std::atomic<int64_t>> longest_part(profiling && side_by_side ? steps_.size() : 0);
   auto run_step = [&](size_t si, int part) {
     const Step& st = steps_[si];
     const bool in_parts = split[si];
@@ -1620,11 +1621,11 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     if (clocked) {
       const int64_t ns =
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-      if (profiling && in_parts) {
+      if (profiling && in_parts && side_by_side) {
         std::atomic<int64_t>& longest = longest_part[si];
         for (int64_t seen = longest.load(); seen < ns && !longest.compare_exchange_weak(seen, ns);) {
         }
-      } else if (profiling) {
+      } else if (profiling && !in_parts) {
         step_ns_[si] += ns;
       }
       if (timed) took[si] = ns;
@@ -1643,9 +1644,14 @@ void Program::execute(c10::DeviceIndex device, const std::vector<Operand>& opera
     } else {
       for (size_t si = 0; si < steps_.size(); ++si) {
         if (split[si]) {
+          const auto start = profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
           run_blocks(steps_[si].parts, steps_[si].parts, [&](int64_t first, int64_t count) {
             for (int64_t part = first; part < first + count; ++part) run_step(si, static_cast<int>(part));
           });
+          if (profiling) {
+            step_ns_[si] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                                 start).count();
+          }
         } else {
           run_step(si, 0);
         }
