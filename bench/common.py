@@ -18,11 +18,20 @@ def median_seconds(fn, inner: int, repeat: int = 9, sync=lambda: None) -> float:
     return statistics.median(samples)
 
 
+# The pause before each timed sample of interleaved_samples. A case run right after one on the CPU at two
+# threads measured slower than after itself: eager mydev's transformer-layer step 3.42 ms after CPU steps, 3.05 ms
+# after its own (the CPU's OpenMP threads keep spinning a while after a parallel region, on cores the device's
+# threads need); with 50 ms between the two, 3.07 and 3.12 ms. Without the pause, a case that follows a CPU case in
+# half the rounds (as eager mydev did in bench_compile) lost to the others for a reason outside either.
+SETTLE_SECONDS = 0.05
+
+
 def interleaved_samples(cases: dict, inner: int, repeat: int = 9) -> dict:
     """Mean seconds per call of each case ({name: (fn, sync)}) over `inner` calls, `repeat` times, the
     cases taking turns (the order reversed every other round) so that all of them sample the same
     periods of the machine: on these VMs a period of slower execution lasting seconds made one of two
-    back-to-back measurements up to 1.7x slower than the other. Returns {name: [one sample per round]}."""
+    back-to-back measurements up to 1.7x slower than the other. Each sample starts after SETTLE_SECONDS
+    of quiet. Returns {name: [one sample per round]}."""
     for fn, sync in cases.values():
         fn()
         sync()
@@ -31,6 +40,7 @@ def interleaved_samples(cases: dict, inner: int, repeat: int = 9) -> dict:
     for r in range(repeat):
         for name in (names if r % 2 == 0 else names[::-1]):
             fn, sync = cases[name]
+            time.sleep(SETTLE_SECONDS)
             start = time.perf_counter()
             for _ in range(inner):
                 fn()
@@ -57,12 +67,16 @@ def parse_args(doc: str, repeat: int, extra=None):
     --threads and prints the setting."""
     import torch
 
+    global SETTLE_SECONDS
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
     parser.add_argument("--repeat", type=int, default=repeat, help="timed repetitions per case")
+    parser.add_argument("--settle", type=float, default=SETTLE_SECONDS,
+                        help=f"seconds of quiet before each interleaved sample (default {SETTLE_SECONDS})")
     if extra is not None:
         extra(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} intra-op thread(s), --repeat {args.repeat}")
+    SETTLE_SECONDS = args.settle
+    print(f"torch {torch.__version__}, {args.threads} intra-op thread(s), --repeat {args.repeat}, --settle {args.settle}")
     return args
