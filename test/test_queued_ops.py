@@ -608,6 +608,38 @@ def test_large_kernels_give_the_same_bits_on_one_compute_unit_or_two(python_subp
     assert digests[0] == digests[1]
 
 
+def test_attention_backward_called_by_autograd_runs_in_blocks(python_subprocess):
+    # Autograd hands the attention backward the forward's absent mask as an undefined tensor, not None: the call is
+    # cut by samples all the same (it ran whole on one unit), with the CPU's bits.
+    code = """
+        import torch, my_device
+        import torch.nn.functional as F
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        for causal in (True, False):
+            qkv = [torch.randn(8, 4, 64, 32, requires_grad=True) for _ in range(3)]
+            grad = torch.randn(8, 4, 64, 32)
+            want = torch.autograd.grad(F.scaled_dot_product_attention(*qkv, is_causal=causal), qkv, grad)
+            qkv_dev = [t.detach().to("mydev").requires_grad_() for t in qkv]
+            out, grad_dev = F.scaled_dot_product_attention(*qkv_dev, is_causal=causal), grad.to("mydev")
+            torch.autograd.grad(out, qkv_dev, grad_dev, retain_graph=True)  # (a signature's first call: whole)
+            torch.mydev.synchronize()
+            before = my_device._C._test_blocks_run_by_other_units()
+            busy = torch.randn(64, 64, device="mydev")
+            for _ in range(3):
+                for _ in range(20):  # (queued ahead, too small to be cut: a backward run at the call is never cut)
+                    busy @ busy
+                got = torch.autograd.grad(out, qkv_dev, grad_dev, retain_graph=True)
+            torch.mydev.synchronize()
+            print(my_device._C._test_blocks_run_by_other_units() - before)
+            for g, w in zip(got, want):
+                assert torch.equal(g.cpu(), w), (causal, (g.cpu() - w).abs().max().item())
+    """
+    result = python_subprocess(code, env={"MYDEV_COMPUTE_UNITS": "2"}, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert all(int(n) > 0 for n in result.stdout.split()), result.stdout
+
+
 def test_large_elementwise_kernels_run_in_blocks_with_the_cpus_bits(python_subprocess):
     # A queued elementwise TensorIterator kernel over two blocks' worth of elements runs as two narrowed copies of
     # its iterator on the device's compute units (gelu, which the CPU runs through oneDNN, as blocks of elements):

@@ -270,8 +270,10 @@ int64_t batch_of(const c10::FunctionSchema& schema, const torch::jit::Stack& arg
   }
   // Tensors of three dimensions or more have the batch first (queries, keys, values, results, log-sum-exps, a
   // 4-D mask) or 1; a 2-D mask, (queries, keys), broadcasts over the batch and is never cut; a call with a
-  // tensor of fewer dimensions is not cut at all.
+  // tensor of fewer dimensions is not cut at all. An absent mask may come as an undefined tensor, not None
+  // (autograd's call of the backward passes the forward's saved one so).
   for (const c10::IValue& v : args) {
+    if (v.isTensor() && !v.toTensor().defined()) continue;
     if (v.isTensor() && v.toTensor().dim() >= 3 && v.toTensor().size(0) != batch && v.toTensor().size(0) != 1) {
       return 0;
     }
@@ -351,7 +353,7 @@ struct QueuedCall {
           if (n != samples) {
             cut = stack;
             for (c10::IValue& v : cut) {
-              if (v.isTensor() && v.toTensor().dim() >= 3 && v.toTensor().size(0) == samples) {
+              if (v.isTensor() && v.toTensor().defined() && v.toTensor().dim() >= 3 && v.toTensor().size(0) == samples) {
                 v = v.toTensor().narrow(0, lo, n);
               }
             }
