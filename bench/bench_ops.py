@@ -3,7 +3,7 @@
 Run: python bench/bench_ops.py [--threads N] [--repeat R]
 Prints one line per case with the median time on each device and the ratio
 mydev/CPU (lower is better; 1.00 is CPU speed). Targets: <=1.3x for
-the 1-element op and the decoding step's small ones, <=1.05x for the large ones. The last eight are
+the 1-element op and the decoding step's small ones, <=1.05x for the large ones. The last nine are
 the bench models' products, convolutions, pooling, attention and activation, and an optimizer's foreach
 update, which a second compute unit shares (compare with MYDEV_COMPUTE_UNITS=1)."""
 import torch
@@ -46,6 +46,10 @@ CASES = [
      lambda x: torch.nn.functional.max_pool2d(x, 2), 50),
     ("attention (8,4,64,32) causal", lambda: tuple(torch.randn(8, 4, 64, 32) for _ in range(3)),
      lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), 100),
+    # As autograd calls it: forward, then the backward with the forward's absent mask as an undefined tensor.
+    ("attention fwd+bwd (8,4,64,32)", lambda: tuple(torch.randn(8, 4, 64, 32) for _ in range(4)),
+     lambda q, k, v, g: torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
+         *(t.requires_grad_() for t in (q, k, v)), is_causal=True), (q, k, v), g), 50),
     ("gelu (8,64,512)", lambda: (torch.randn(8, 64, 512),), torch.nn.functional.gelu, 100),
     # An optimizer's update over 8.4M parameters: one foreach kernel, its entries in two blocks.
     ("foreach add_, 8 x (1024,1024)", lambda: tuple(torch.randn(1024, 1024) for _ in range(16)),
