@@ -312,7 +312,8 @@ def _program_profiles(cases, steps=30):
             print("\n".join(line for line in g.dump().splitlines() if line.startswith(("step ", "# "))), flush=True)
 
 
-# ATen kernels both ways run alike; in a program's dump they are "call aten::<name>.out aten::<name>" steps.
+# ATen kernels both ways run alike; in a program's dump they are "call aten::<name>.out aten::<name>" steps
+# (my_device::gelu_backward: autograd's gelu backward on mydev, in eager too).
 _LIBRARY_CALLS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention_for_cpu",
                   "_scaled_dot_product_flash_attention_for_cpu_backward", "convolution", "convolution_backward",
                   "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "gelu", "gelu_backward",
@@ -377,7 +378,7 @@ def _ceiling(cases, steps=20, rounds=5):
         in_programs = 0.0
         for p in programs:
             for line in p.dump().splitlines():
-                hit = re.match(r"step \d+: \[([0-9.]+) us\] call (aten::[\w.]+)", line)
+                hit = re.match(r"step \d+: \[([0-9.]+) us\] call (\w+::[\w.]+)", line)
                 if hit and _library_call(hit.group(2)):
                     in_programs += float(hit.group(1)) / 1e3
         samples["backend"]["library"] = [in_programs] * rounds
