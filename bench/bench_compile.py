@@ -34,7 +34,9 @@ device's activity: the step's time, the device's busy time, and the device time 
 run alike, the same ATen kernel on the same shapes (matrix products, attention, convolutions, pooling, gelu, layer
 norm: a program calls them as eager does, and must, to give eager's bits). Their share of eager's step is the least
 backend="mydev" / eager mydev can reach by removing everything else: the elementwise passes, the launches, the host.
-The programs' other steps (fused groups, copies, other calls) are what fusing better could still remove.
+The programs' other steps (fused groups, copies, other calls) are what fusing better could still remove (an upper
+bound: steps run side by side overlap, and their times are summed). The figures are profiled steps, not the
+ratios of the timed runs above.
 
 --floor adds the floor of torch.compile's own per-step cost on the tiny step, whatever the backend:
 the step compiled (forward+backward, then the optimizer step too) with an aot_autograd backend whose
@@ -313,7 +315,8 @@ def _program_profiles(cases, steps=30):
             print("\n".join(line for line in g.dump().splitlines() if line.startswith(("step ", "# "))), flush=True)
 
 
-# ATen kernels both ways run alike; in a program's dump they are "call aten::<name>.out aten::<name>" steps
+# ATen kernels both ways run alike; in a program's dump they are "call aten::<name>.out aten::<name>" steps, and
+# small products the program's own "gemm" steps
 # (my_device::gelu_backward: autograd's gelu backward on mydev, in eager too).
 _LIBRARY_CALLS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention_for_cpu",
                   "_scaled_dot_product_flash_attention_for_cpu_backward", "convolution", "convolution_backward",
@@ -380,8 +383,8 @@ def _ceiling(cases, steps=20, rounds=5):
         in_programs, other = 0.0, 0.0
         for p in programs:
             for line in p.dump().splitlines():
-                hit = re.match(r"step \d+: \[([0-9.]+) us\] (call (\w+::[\w.]+))?", line)
-                if hit and hit.group(3) and _library_call(hit.group(3)):
+                hit = re.match(r"step \d+: \[([0-9.]+) us\] (call (\w+::[\w.]+)|gemm)?", line)
+                if hit and ((hit.group(3) and _library_call(hit.group(3))) or hit.group(2) == "gemm"):
                     in_programs += float(hit.group(1)) / 1e3
                 elif hit:
                     other += float(hit.group(1)) / 1e3

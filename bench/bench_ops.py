@@ -47,7 +47,7 @@ CASES = [
     ("attention (8,4,64,32) causal", lambda: tuple(torch.randn(8, 4, 64, 32) for _ in range(3)),
      lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), 100),
     # As autograd calls it: forward, then the backward with the forward's absent mask as an undefined tensor.
-    ("attention fwd+bwd (8,4,64,32)", lambda: tuple(torch.randn(8, 4, 64, 32) for _ in range(4)),
+    ("attn fwd+bwd (8,4,64,32)", lambda: tuple(torch.randn(8, 4, 64, 32) for _ in range(4)),
      lambda q, k, v, g: torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
          *(t.requires_grad_() for t in (q, k, v)), is_causal=True), (q, k, v), g), 50),
     ("gelu (8,64,512)", lambda: (torch.randn(8, 64, 512),), torch.nn.functional.gelu, 100),

@@ -18,11 +18,9 @@ def median_seconds(fn, inner: int, repeat: int = 9, sync=lambda: None) -> float:
     return statistics.median(samples)
 
 
-# The pause before each timed sample of interleaved_samples. A case run right after one on the CPU at two
-# threads measured slower than after itself: eager mydev's transformer-layer step 3.42 ms after CPU steps, 3.05 ms
-# after its own (the CPU's OpenMP threads keep spinning a while after a parallel region, on cores the device's
-# threads need); with 50 ms between the two, 3.07 and 3.12 ms. Without the pause, a case that follows a CPU case in
-# half the rounds (as eager mydev did in bench_compile) lost to the others for a reason outside either.
+# The pause before each timed sample of interleaved_samples: a sample taken right after the CPU's ran on cores its
+# OpenMP threads were still spinning on, so a case that follows a CPU case in some rounds lost time to a cause
+# outside it (bench/RESULTS.md, "Samples after quiet").
 SETTLE_SECONDS = 0.05
 
 
@@ -72,7 +70,7 @@ def parse_args(doc: str, repeat: int, extra=None):
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
     parser.add_argument("--repeat", type=int, default=repeat, help="timed repetitions per case")
     parser.add_argument("--settle", type=float, default=SETTLE_SECONDS,
-                        help=f"seconds of quiet before each interleaved sample (default {SETTLE_SECONDS})")
+                        help=f"seconds of quiet before each sample of the scripts whose cases take turns (default {SETTLE_SECONDS})")
     if extra is not None:
         extra(parser)
     args = parser.parse_args()
