@@ -1,6 +1,6 @@
 """Greedy decoding with transformers' GPT-2 on mydev against the CPU, in one process.
 
-Run: python bench/bench_generate.py [--threads N] [--repeat R]
+Run: python bench/bench_generate.py [--threads N] [--repeat R] [--perf]
 
 A 2-layer GPT-2 (embedding 128, 4 heads, vocabulary 1000, built from a config: no download) generates
 20 new tokens greedily from a 8-token prompt (`model.generate(..., do_sample=False)`), as a decoding
@@ -8,8 +8,23 @@ loop does: one forward per token on the cached keys and values, then the stoppin
 a device value on the host each token (so the host waits for the device every token, as on CUDA).
 Printed: the time per generate call on each device and mydev's over the CPU's (median over rounds
 of the ratio within a round). Target: at most 1.0x.
+
+--perf: records the host thread with Linux `perf` while the two cases take turns and prints, for each
+device, the host's samples per generate call by library, and the symbols whose samples differ most:
+where mydev's host spends time the CPU's does not, and the reverse, measured in the same periods of
+the machine.
 """
+import bisect
+import collections
 import copy
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
 
 import torch
 import transformers
@@ -21,7 +36,8 @@ from common import interleaved_samples, paired_ratio, parse_args
 def main():
     # Forty rounds: with nine, one run's ratio moved 0.84-1.15x with the machine's speed (which
     # swings 1.5-2x within seconds here), against 0.88-0.92x over sixty.
-    args = parse_args(__doc__, repeat=40)
+    args = parse_args(__doc__, repeat=40, extra=lambda p: p.add_argument(
+        "--perf", action="store_true", help="profile the host thread of each case with Linux perf"))
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(vocab_size=1000, n_positions=64, n_embd=128, n_layer=2, n_head=4)
@@ -40,10 +56,66 @@ def main():
 
         cases[device] = (run, torch.mydev.synchronize if device == "mydev" else (lambda: None))
     assert torch.equal(cases["cpu"][0](), cases["mydev"][0]().cpu())
+    if args.perf:
+        host_profile(cases, inner=3, repeat=args.repeat)
+        return
     samples = interleaved_samples(cases, inner=3, repeat=args.repeat)
     med = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
     print(f"generate 20 tokens: cpu {med['cpu'] * 1e3:7.2f} ms, mydev {med['mydev'] * 1e3:7.2f} ms, "
           f"mydev/cpu {paired_ratio(samples, 'mydev', 'cpu'):5.2f}x", flush=True)
+
+
+def host_profile(cases, inner, repeat, rate=2999, shown=15):
+    """Samples of this (the host) thread per generate call on each device, by library and by symbol,
+    each sample counted to the case whose timed span it fell in."""
+    if shutil.which("perf") is None:
+        raise SystemExit("--perf needs Linux perf on the PATH")
+    spans = []
+    fd, data = tempfile.mkstemp(suffix=".perf")
+    os.close(fd)
+    try:
+        recorder = subprocess.Popen(
+            ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-F", str(rate), "-t", str(threading.get_native_id()),
+             "-o", data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # perf attaches
+        interleaved_samples(cases, inner=inner, repeat=repeat, spans=spans)
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait()
+        script = subprocess.run(["perf", "script", "-i", data, "-F", "time,ip,sym,dso"], capture_output=True,
+                                text=True, check=True).stdout
+    finally:
+        os.unlink(data)
+    spans.sort(key=lambda s: s[1])
+    starts = [s[1] for s in spans]
+    by_lib = collections.defaultdict(collections.Counter)
+    by_sym = collections.defaultdict(collections.Counter)
+    for line in script.splitlines():
+        m = re.match(r"\s*([\d.]+):\s+[0-9a-f]+\s+(.*?)(\+0x[0-9a-f]+)?\s+\(([^()]*)\)\s*$", line)
+        if not m:
+            continue
+        t = float(m.group(1))
+        i = bisect.bisect_right(starts, t) - 1
+        if i < 0 or t > spans[i][2]:
+            continue  # between samples: the settling pause, the other bookkeeping
+        name, lib = spans[i][0], os.path.basename(m.group(4))
+        by_lib[name][lib] += 1
+        by_sym[name][f"{lib[:16]:16s} {m.group(2)[:100]}"] += 1
+    calls = inner * repeat
+    per_call = {name: sum(by_lib[name].values()) / calls for name in cases}
+    print(f"host samples per generate call ({rate} Hz): " +
+          ", ".join(f"{name} {n:.1f}" for name, n in per_call.items()))
+    print(f"{'library':40s} {'cpu':>8s} {'mydev':>8s} {'mydev-cpu':>10s}")
+    libs = set(by_lib["cpu"]) | set(by_lib["mydev"])
+    for lib in sorted(libs, key=lambda k: -(by_lib["cpu"][k] + by_lib["mydev"][k]))[:shown]:
+        c, d = by_lib["cpu"][lib] / calls, by_lib["mydev"][lib] / calls
+        print(f"{lib[:40]:40s} {c:8.2f} {d:8.2f} {d - c:+10.2f}")
+    syms = set(by_sym["cpu"]) | set(by_sym["mydev"])
+    order = sorted(syms, key=lambda k: by_sym["mydev"][k] - by_sym["cpu"][k])
+    for title, keys in (("mydev's host more", order[::-1][:shown]), ("the CPU's host more", order[:shown])):
+        print(f"-- {title} (samples per call: cpu, mydev, difference)")
+        for k in keys:
+            c, d = by_sym["cpu"][k] / calls, by_sym["mydev"][k] / calls
+            print(f"{c:6.2f} {d:6.2f} {d - c:+6.2f}  {k}")
 
 
 if __name__ == "__main__":

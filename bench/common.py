@@ -24,12 +24,13 @@ def median_seconds(fn, inner: int, repeat: int = 9, sync=lambda: None) -> float:
 SETTLE_SECONDS = 0.05
 
 
-def interleaved_samples(cases: dict, inner: int, repeat: int = 9) -> dict:
+def interleaved_samples(cases: dict, inner: int, repeat: int = 9, spans: list | None = None) -> dict:
     """Mean seconds per call of each case ({name: (fn, sync)}) over `inner` calls, `repeat` times, the
     cases taking turns (the order reversed every other round) so that all of them sample the same
     periods of the machine: on these VMs a period of slower execution lasting seconds made one of two
     back-to-back measurements up to 1.7x slower than the other. Each sample starts after SETTLE_SECONDS
-    of quiet. Returns {name: [one sample per round]}."""
+    of quiet. Returns {name: [one sample per round]}; `spans`, if given, gets each sample's (name, start,
+    end) on CLOCK_MONOTONIC, the clock `perf record -k CLOCK_MONOTONIC` stamps its samples with."""
     for fn, sync in cases.values():
         fn()
         sync()
@@ -39,11 +40,14 @@ def interleaved_samples(cases: dict, inner: int, repeat: int = 9) -> dict:
         for name in (names if r % 2 == 0 else names[::-1]):
             fn, sync = cases[name]
             time.sleep(SETTLE_SECONDS)
+            span_start = time.clock_gettime(time.CLOCK_MONOTONIC)
             start = time.perf_counter()
             for _ in range(inner):
                 fn()
             sync()
             samples[name].append((time.perf_counter() - start) / inner)
+            if spans is not None:
+                spans.append((name, span_start, time.clock_gettime(time.CLOCK_MONOTONIC)))
     return samples
 
 
