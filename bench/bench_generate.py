@@ -73,14 +73,19 @@ def host_profile(cases, inner, repeat, rate=2999, shown=15):
     spans = []
     fd, data = tempfile.mkstemp(suffix=".perf")
     os.close(fd)
+    recorder = subprocess.Popen(
+        ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-F", str(rate), "-t", str(threading.get_native_id()),
+         "-o", data], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        recorder = subprocess.Popen(
-            ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-F", str(rate), "-t", str(threading.get_native_id()),
-             "-o", data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # perf attaches
+        if recorder.poll() is not None:
+            raise SystemExit(f"perf record could not start: {recorder.stderr.read().strip()}")
         interleaved_samples(cases, inner=inner, repeat=repeat, spans=spans)
-        recorder.send_signal(signal.SIGINT)
-        recorder.wait()
+    finally:
+        if recorder.poll() is None:
+            recorder.send_signal(signal.SIGINT)
+            recorder.wait()
+    try:
         script = subprocess.run(["perf", "script", "-i", data, "-F", "time,ip,sym,dso"], capture_output=True,
                                 text=True, check=True).stdout
     finally:
