@@ -30,7 +30,7 @@ import torch
 import transformers
 
 import my_device  # noqa: F401
-from common import interleaved_samples, paired_ratio, parse_args
+from common import interleaved_samples, paired_ratio_interval, parse_args
 
 
 def main():
@@ -61,8 +61,9 @@ def main():
         return
     samples = interleaved_samples(cases, inner=3, repeat=args.repeat)
     med = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+    low, ratio, high = paired_ratio_interval(samples, "mydev", "cpu")
     print(f"generate 20 tokens: cpu {med['cpu'] * 1e3:7.2f} ms, mydev {med['mydev'] * 1e3:7.2f} ms, "
-          f"mydev/cpu {paired_ratio(samples, 'mydev', 'cpu'):5.2f}x", flush=True)
+          f"mydev/cpu {ratio:5.2f}x (95% interval {low:.2f}-{high:.2f})", flush=True)
 
 
 def host_profile(cases, inner, repeat, rate=2999, shown=15):
