@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import my_device  # noqa: F401
-from common import interleaved_samples, paired_ratio, parse_args
+from common import interleaved_samples, paired_ratio_interval, parse_args
 
 
 def _step(model, device):
@@ -43,8 +43,9 @@ def main():
                                        "mydev": (_step(model, "mydev"), sync)}, inner=10, repeat=args.repeat)
         cpu = sorted(samples["cpu"])[len(samples["cpu"]) // 2]
         dev = sorted(samples["mydev"])[len(samples["mydev"]) // 2]
+        low, ratio, high = paired_ratio_interval(samples, "mydev", "cpu")
         print(f"{name:5s} step: cpu {cpu * 1e3:7.2f} ms, mydev {dev * 1e3:7.2f} ms, "
-              f"mydev/cpu {paired_ratio(samples, 'mydev', 'cpu'):5.2f}x", flush=True)
+              f"mydev/cpu {ratio:5.2f}x (95% interval {low:.2f}-{high:.2f})", flush=True)
 
 
 if __name__ == "__main__":
