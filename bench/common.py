@@ -1,5 +1,6 @@
 """Timing shared by the benchmarks: medians of repeated timed loops, with the device synchronised."""
 import argparse
+import math
 import statistics
 import time
 
@@ -61,7 +62,12 @@ def paired_ratio(samples: dict, num: str, den: str) -> float:
     machine's speed changes within milliseconds as well as between seconds (an L1-resident pointer
     chase measured 1.3 to 3.8 ns per step a few seconds apart): a ratio within one round, whose two
     samples ran back to back, cancels what a ratio of the two medians of a whole run does not."""
-    return statistics.median(a / b for a, b in zip(samples[num], samples[den]))
+    return statistics.median(round_ratios(samples, num, den))
+
+
+def round_ratios(samples: dict, num: str, den: str) -> list:
+    """num's time over den's in each round of interleaved_samples."""
+    return [a / b for a, b in zip(samples[num], samples[den])]
 
 
 def median_interval(values, z: float = 1.96) -> tuple:
@@ -73,13 +79,13 @@ def median_interval(values, z: float = 1.96) -> tuple:
     v = sorted(values)
     n = len(v)
     half = z * n ** 0.5 / 2
-    low, high = max(0, int(n / 2 - half)), min(n - 1, int(-(-(n / 2 + half) // 1)) - 1)
+    low, high = max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half) - 1)
     return v[low], statistics.median(v), v[high]
 
 
 def paired_ratio_interval(samples: dict, num: str, den: str) -> tuple:
     """paired_ratio with its interval (median_interval): (low, median, high)."""
-    return median_interval([a / b for a, b in zip(samples[num], samples[den])])
+    return median_interval(round_ratios(samples, num, den))
 
 
 def parse_args(doc: str, repeat: int, extra=None):
