@@ -34,9 +34,11 @@ from common import interleaved_samples, paired_ratio_interval, parse_args
 
 
 def main():
-    # Forty rounds: with nine, one run's ratio moved 0.84-1.15x with the machine's speed (which
-    # swings 1.5-2x within seconds here), against 0.88-0.92x over sixty.
-    args = parse_args(__doc__, repeat=40, extra=lambda p: p.add_argument(
+    # 120 rounds (about half a minute): one round's ratio scatters about -10/+15% around the median
+    # with the machine's speed, which swings 1.5-2x within seconds here, so forty rounds left each
+    # run's median uncertain by about 5% (its printed interval) and nine by more; 120 narrow it to
+    # about 2.5%, enough to tell a ratio of 0.96 from 1.0 in one run.
+    args = parse_args(__doc__, repeat=120, extra=lambda p: p.add_argument(
         "--perf", action="store_true", help="profile the host thread of each case with Linux perf"))
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
