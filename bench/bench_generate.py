@@ -135,5 +135,6 @@ def host_profile(cases, inner, repeat, rate=2999, shown=15):
             c, d = by_sym[first][k] / calls, by_sym[second][k] / calls
             print(f"{c:6.2f} {d:6.2f} {d - c:+6.2f}  {k}")
 
+
 if __name__ == "__main__":
     main()
